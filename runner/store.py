@@ -1,0 +1,217 @@
+"""The artifact store: content-addressed objects, immutable canonical records, one mutable pointer.
+
+Only the host controller writes here. Every write is atomic (temp file + fsync + link/rename) and
+records are never overwritten: a second write of the same id is an error, so a reference
+`{id, sha256}` stays valid forever or is detected as broken by `verify`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from .canonical import canonical_bytes, sha256_bytes, sha256_file
+from .errors import CkoError, Exit, bad_request, failed
+from .locks import FileLock
+
+RECORD_KINDS = ("targets", "variants", "experiments", "baselines", "evidence")
+ID_RE = re.compile(r"^[a-z]{2,5}-[0-9]{8}T[0-9]{6}-[0-9a-f]{6,12}$")
+M = TypeVar("M", bound=BaseModel)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
+
+
+def check_id(value: str, field: str = "id") -> str:
+    if not ID_RE.match(value):
+        raise bad_request(f"{field}: {value!r} is not a cko record id", field=field)
+    return value
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_temp(directory: Path, data: bytes) -> Path:
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return Path(tmp)
+
+
+def write_new(path: Path, data: bytes) -> None:
+    """Create `path` with `data` atomically; fail if it exists (records are immutable)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _write_temp(path.parent, data)
+    try:
+        os.link(tmp, path)
+    except FileExistsError as exc:
+        raise CkoError(f"refusing to overwrite {path}", exit_code=Exit.FAILED, code="immutable") from exc
+    finally:
+        os.unlink(tmp)
+    _fsync_dir(path.parent)
+
+
+def write_replace(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _write_temp(path.parent, data)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+class Store:
+    """An artifact root (DESIGN.md, Store)."""
+
+    def __init__(self, root: str | Path, create: bool = True) -> None:
+        self.root = Path(root).absolute()
+        if self.root.exists() and not self.root.is_dir():
+            raise bad_request(f"--store: {self.root} exists and is not a directory", field="store")
+        if not self.root.exists():
+            if not create:
+                raise bad_request(f"--store: {self.root} does not exist", field="store")
+            try:
+                self.root.mkdir(parents=True)
+            except OSError as exc:
+                raise bad_request(f"--store: cannot create {self.root}: {exc.strerror}", field="store") from exc
+        for sub in ("objects/sha256", "invocations", "champion/selections", *RECORD_KINDS):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self._lock = FileLock(self.root / ".writer.lock")
+
+    # -- locking ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def writer(self, timeout: float = 30.0) -> Iterator[None]:
+        """One writer per store; held only around commits, never during a container run."""
+        with self._lock.hold(timeout=timeout, what=f"store writer lock {self.root}"):
+            yield
+
+    # -- objects ---------------------------------------------------------------------------
+    def object_path(self, digest: str) -> Path:
+        return self.root / "objects" / "sha256" / digest[:2] / digest
+
+    def put_bytes(self, data: bytes) -> dict[str, Any]:
+        digest = sha256_bytes(data)
+        path = self.object_path(digest)
+        if not path.exists():
+            try:
+                write_new(path, data)
+            except CkoError:
+                pass  # written concurrently with the same content: same digest, same bytes
+        return {"sha256": digest, "size": len(data)}
+
+    def put_file(self, src: str | Path) -> dict[str, Any]:
+        src = Path(src)
+        digest = sha256_file(src)
+        path = self.object_path(digest)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            os.close(fd)
+            try:
+                shutil.copyfile(src, tmp)
+                with open(tmp, "rb") as f:
+                    os.fsync(f.fileno())
+                if sha256_file(tmp) != digest:
+                    raise failed(f"{src} changed while it was being stored", code="changed_during_copy")
+                with contextlib.suppress(FileExistsError):
+                    os.link(tmp, path)
+            finally:
+                os.unlink(tmp)
+        return {"sha256": digest, "size": path.stat().st_size}
+
+    def put_json(self, obj: Any) -> dict[str, Any]:
+        return self.put_bytes(canonical_bytes(obj))
+
+    def read_object(self, digest: str, verify: bool = True) -> bytes:
+        path = self.object_path(digest)
+        if not path.is_file():
+            raise failed(f"object {digest} is missing from the store", code="missing_object")
+        data = path.read_bytes()
+        if verify and sha256_bytes(data) != digest:
+            raise failed(f"object {digest} was altered (hash mismatch)", code="altered_object")
+        return data
+
+    def read_json_object(self, digest: str) -> Any:
+        return json.loads(self.read_object(digest))
+
+    # -- records ---------------------------------------------------------------------------
+    def record_path(self, kind: str, record_id: str) -> Path:
+        if kind not in RECORD_KINDS:
+            raise ValueError(kind)
+        check_id(record_id)
+        return self.root / kind / f"{record_id}.json"
+
+    def put_record(self, kind: str, record_id: str, model: BaseModel) -> dict[str, str]:
+        data = canonical_bytes(model)
+        write_new(self.record_path(kind, record_id), data)
+        return {"id": record_id, "sha256": sha256_bytes(data)}
+
+    def get_record(self, kind: str, record_id: str, cls: type[M], sha256: str | None = None) -> tuple[M, dict[str, str]]:
+        path = self.record_path(kind, record_id)
+        if not path.is_file():
+            raise bad_request(f"no {kind[:-1]} {record_id} in {self.root}", field=kind[:-1])
+        data = path.read_bytes()
+        digest = sha256_bytes(data)
+        if sha256 is not None and digest != sha256:
+            raise failed(f"{kind[:-1]} {record_id} was altered: sha256 {digest} != referenced {sha256}", code="altered_record")
+        try:
+            model = cls.model_validate_json(data)
+        except ValidationError as exc:
+            raise failed(f"{kind[:-1]} {record_id} is not a valid record: {exc.errors()[0]['msg']}", code="corrupt_record") from exc
+        return model, {"id": record_id, "sha256": digest}
+
+    def list_records(self, kind: str) -> list[str]:
+        return sorted(p.stem for p in (self.root / kind).glob("*.json") if ID_RE.match(p.stem))
+
+    # -- champion pointer (the one mutable file) -------------------------------------------
+    @property
+    def champion_path(self) -> Path:
+        return self.root / "champion" / "current.json"
+
+    def champion_digest(self) -> str | None:
+        p = self.champion_path
+        return sha256_file(p) if p.is_file() else None
+
+    def swap_champion(self, expected_digest: str | None, data: bytes) -> None:
+        """Compare-and-swap on the pointer's digest, under the writer lock."""
+        current = self.champion_digest()
+        if current != expected_digest:
+            raise CkoError(
+                f"champion pointer changed since it was read (expected {expected_digest}, found {current})",
+                exit_code=Exit.FAILED,
+                code="champion_conflict",
+                field="expected_champion",
+            )
+        write_replace(self.champion_path, data)
+
+
+def disk_full(exc: OSError) -> bool:
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
