@@ -1,0 +1,1 @@
+"""One module per in-container operation; see operations/__main__.py."""
