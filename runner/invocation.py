@@ -1,0 +1,492 @@
+"""One run of one operation as an Invocation (DESIGN.md, Flow of one operation).
+
+validate → policy → locks → request.json/events.jsonl → container → collect → result.json.
+Containers never write the store: they write a scratch output directory that the controller
+hashes into objects/ after the container is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import stat
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from . import gpu as gpumod
+from . import images as img
+from . import policy as pol
+from . import sandbox
+from .canonical import canonical_bytes, sha256_bytes, sha256_file
+from .errors import CkoError, Exit, unavailable
+from .identity import EngineIdentity, EnvironmentIdentity, ImageIdentity, host_identity
+from .locks import FileLock, gpu_lock
+from .models import ObjectRef
+from .records import InvocationRequest, InvocationResult, LimitsSpec, MountSpec
+from .store import Store, new_id, write_new
+
+META_DIR = ".cko"  # inside the output dir: the probe and checks, not user outputs
+MAX_OUTPUT_BYTES = 2 << 30
+MAX_OUTPUT_FILES = 10000
+TAIL_CHARS = 4000
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class Plan:
+    """Everything an invocation needs, validated before anything is written."""
+
+    op: str
+    command: list[str]
+    image: str = "cpu"
+    gpus: list[str] = field(default_factory=list)  # UUIDs, or ["all"]
+    gpu_mode: str | None = None  # None: pick the best usable
+    mounts: list[sandbox.Mount] = field(default_factory=list)
+    timeout_s: float = 600.0
+    memory: str = "4g"
+    pids: int = 1024
+    cpus: float | None = None
+    tmpfs: str = "1g"
+    env: dict[str, str] = field(default_factory=dict)
+    label: str = ""
+    workdir: str = "/tmp"
+    wrap: bool = True  # run through `operations run` (probe + GPU check)
+    counters: bool = False  # profiler counters (the one capability that may be added)
+    lock_timeout_s: float = 300.0
+    stop_grace_s: float = 5.0
+    cleanup_timeout_s: float = 30.0
+    parent: dict[str, Any] | None = None
+    telemetry: bool = False
+    policy_path: str | None = None
+
+
+@dataclass
+class Outcome:
+    id: str
+    result: InvocationResult
+    out_dir: Path | None  # scratch copy of the outputs, removed by `close`
+    meta: dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        return self.result.exit_code
+
+    def output_path(self, name: str) -> Path | None:
+        if self.out_dir is None:
+            return None
+        p = self.out_dir / name
+        return p if p.is_file() and not p.is_symlink() else None
+
+    def read_json(self, name: str) -> Any:
+        p = self.output_path(name)
+        if p is None:
+            return None
+        try:
+            return json.loads(p.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def close(self) -> None:
+        if self.out_dir is not None:
+            shutil.rmtree(self.out_dir.parent, ignore_errors=True)
+            self.out_dir = None
+
+
+class Events:
+    """events.jsonl: append-only while the invocation runs; hashed into result.json at the end."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __call__(self, name: str, data: dict[str, Any] | None = None) -> None:
+        line = json.dumps({"t": now_iso(), "event": name, **(data or {})}, sort_keys=True, default=str)
+        with open(self.path, "a") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def inv_dir(store: Store, inv_id: str) -> Path:
+    return store.root / "invocations" / inv_id
+
+
+def active_lock(store: Store, inv_id: str) -> FileLock:
+    return FileLock(inv_dir(store, inv_id) / ".active")
+
+
+def engine_identity(client: Any) -> EngineIdentity:
+    info = client.info()
+    ver = client.version()
+    return EngineIdentity(version=str(ver.get("Version")), runtime=str(info.get("DefaultRuntime", "runc")),
+                          api_version=str(ver.get("ApiVersion")), cgroup_version=str(info.get("CgroupVersion", "")))
+
+
+def _write_result(store: Store, inv_id: str, result: InvocationResult) -> None:
+    write_new(inv_dir(store, inv_id) / "result.json", canonical_bytes(result))
+
+
+def _events_sha(store: Store, inv_id: str) -> str | None:
+    p = inv_dir(store, inv_id) / "events.jsonl"
+    return sha256_file(p) if p.exists() else None
+
+
+def _resolve_gpus(plan: Plan, hg: gpumod.HostGpus) -> list[str]:
+    if not plan.gpus:
+        return []
+    if not hg.available:
+        raise unavailable(f"GPU requested but none is usable on this host: {hg.reason}", code="no_gpu", field="gpus")
+    known = {d.uuid: d for d in hg.devices}
+    if plan.gpus == ["all"]:
+        return list(known)
+    out = []
+    for g in plan.gpus:
+        if g.isdigit() and int(g) < len(hg.devices):
+            g = hg.devices[int(g)].uuid
+        if g not in known:
+            raise CkoError(f"--gpus: {g} is not a GPU on this host (known: {', '.join(known) or 'none'})",
+                           exit_code=Exit.BAD_REQUEST, code="unknown_gpu", field="gpus")
+        out.append(g)
+    return out
+
+
+@contextlib.contextmanager
+def _gpu_locks(uuids: list[str], timeout: float, label: str) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for u in sorted(uuids):  # fixed order: no deadlock between two multi-GPU invocations
+            stack.enter_context(gpu_lock(u).hold(timeout=timeout, what=f"GPU {u}", label=label))
+        yield
+
+
+def _prepare_out_dir(store: Store, inv_id: str, user: str) -> Path:
+    scratch = store.root / "scratch" / inv_id
+    out = scratch / "out"
+    out.mkdir(parents=True)
+    if os.geteuid() == 0:
+        uid, _, gid = user.partition(":")
+        os.chown(out, int(uid), int(gid or uid))
+    else:
+        os.chmod(out, 0o777)
+    return out
+
+
+def _collect(store: Store, out_dir: Path) -> tuple[list[ObjectRef], dict[str, Any], list[str]]:
+    """Hash regular files under out_dir into objects/. Symlinks and specials are never followed."""
+    refs: list[ObjectRef] = []
+    meta: dict[str, Any] = {}
+    problems: list[str] = []
+    total = 0
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(out_dir, followlinks=False):
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(out_dir))
+            st = os.lstat(p)
+            if not stat.S_ISREG(st.st_mode):
+                problems.append(f"{rel}: not a regular file (ignored)")
+                continue
+            count += 1
+            total += st.st_size
+            if count > MAX_OUTPUT_FILES or total > MAX_OUTPUT_BYTES:
+                problems.append(f"output limit exceeded at {rel} ({count} files, {total} bytes): rest ignored")
+                return refs, meta, problems
+            if rel.startswith(META_DIR + "/"):
+                with contextlib.suppress(OSError, ValueError):
+                    meta[rel[len(META_DIR) + 1 :]] = json.loads(p.read_text())
+                continue
+            ref = store.put_file(p)
+            refs.append(ObjectRef(sha256=ref["sha256"], size=ref["size"], name=rel))
+        dirnames[:] = [d for d in dirnames if not (Path(dirpath) / d).is_symlink()]
+    return refs, meta, problems
+
+
+def refuse(store: Store, plan: Plan, err: CkoError, image_id: str | None = None) -> InvocationResult:
+    """Record a refused invocation (nothing ran) and return its result."""
+    inv_id = new_id("inv")
+    d = inv_dir(store, inv_id)
+    d.mkdir(parents=True)
+    req = _request(plan, inv_id, image_id, [], "none", pol.Policy(), None)
+    write_new(d / "request.json", canonical_bytes(req))
+    Events(d / "events.jsonl")("refused", {"rule": err.field, "reason": err.message})
+    res = InvocationResult(id=inv_id, op=plan.op, state="refused", exit_code=int(Exit.REFUSED), reason=err.message,
+                           rule=err.field, ended_at=now_iso(), request_sha256=sha256_file(d / "request.json"),
+                           events_sha256=_events_sha(store, inv_id))
+    _write_result(store, inv_id, res)
+    return res
+
+
+def _request(plan: Plan, inv_id: str, image_id: str | None, uuids: list[str], mode: str, policy: pol.Policy,
+             policy_path: str | None) -> InvocationRequest:
+    return InvocationRequest(
+        id=inv_id, op=plan.op, label=plan.label, command=plan.command, image=plan.image, image_id=image_id,
+        gpu_mode=mode, gpus=uuids,
+        mounts=[MountSpec(source=m.source, target=m.target, read_only=m.read_only) for m in plan.mounts],
+        timeout_s=plan.timeout_s,
+        limits=LimitsSpec(memory_bytes=pol.parse_size(plan.memory, "memory"), pids=plan.pids, cpus=plan.cpus,
+                          tmpfs_bytes=pol.parse_size(plan.tmpfs, "tmpfs")),
+        user=pol.container_user(policy), policy_path=policy_path,
+        policy_sha256=sha256_file(policy_path) if policy_path else None,
+        created_at=now_iso(), controller_pid=os.getpid(), host_id=host_identity().host_id, parent=plan.parent,
+    )
+
+
+def check_plan(plan: Plan, policy: pol.Policy) -> None:
+    """Validate and apply the policy; raises before anything is written."""
+    pol.check_timeout(policy, plan.timeout_s)
+    mem = pol.parse_size(plan.memory, "memory")
+    pol.parse_size(plan.tmpfs, "tmpfs")
+    if plan.pids < 16:
+        raise CkoError("pids: at least 16", code="bad_request", field="pids")
+    pol.check_limits(policy, mem, plan.pids, plan.cpus)
+    targets = set()
+    for m in plan.mounts:
+        if not m.target.startswith("/") or ".." in Path(m.target).parts:
+            raise CkoError(f"mount target {m.target} must be an absolute path without ..", code="bad_request",
+                           field="mount")
+        if m.target in targets or m.target in ("/", "/tmp", "/opt/cko", "/proc", "/dev", "/sys", "/etc"):
+            raise CkoError(f"mount target {m.target} is reserved or given twice", code="bad_request", field="mount")
+        targets.add(m.target)
+        m.source = str(pol.check_mount(policy, m.source))
+    if plan.counters:
+        pol.check_counters(policy)
+
+
+def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = None,
+            keep_outputs: bool = False) -> Outcome:
+    """Run one invocation to a terminal state and record it. Refusals are recorded and raised."""
+    policy, policy_path = pol.load_policy(plan.policy_path)
+    try:
+        check_plan(plan, policy)
+    except CkoError as err:
+        if err.exit_code == Exit.REFUSED:
+            res = refuse(store, plan, err)
+            err.detail = {"invocation": res.id}
+        raise
+    client = img.docker_client()
+    entry = img.resolve(plan.image, client)
+    try:
+        pol.check_image(policy, entry.image_id)
+    except CkoError as err:
+        res = refuse(store, plan, err, entry.image_id)
+        err.detail = {"invocation": res.id}
+        raise
+    reap_orphans(store, client)
+    hg = gpumod.host_gpus() if plan.gpus else gpumod.HostGpus(False, "no GPU requested")
+    uuids = _resolve_gpus(plan, hg)
+    try:
+        pol.check_gpus(policy, uuids)
+    except CkoError as err:
+        res = refuse(store, plan, err, entry.image_id)
+        err.detail = {"invocation": res.id}
+        raise
+    mode = "none"
+    if uuids:
+        checks = gpumod.check_modes(client.info(), hg)
+        mode = plan.gpu_mode or gpumod.pick_mode(checks)
+        usable = {c.mode: c for c in checks}
+        if mode not in usable or not usable[mode].usable:
+            raise unavailable(f"GPU passthrough mode {mode} is not usable: {usable.get(mode) and usable[mode].reason}",
+                              code="passthrough_unavailable", field="gpu_mode")
+    inv_id = new_id("inv")
+    d = inv_dir(store, inv_id)
+    d.mkdir(parents=True)
+    req = _request(plan, inv_id, entry.image_id, uuids, mode, policy, policy_path)
+    write_new(d / "request.json", canonical_bytes(req))
+    request_sha = sha256_file(d / "request.json")
+    ev = Events(d / "events.jsonl")
+    ev("created", {"op": plan.op, "label": plan.label})
+    say = progress or (lambda _m: None)
+    out_dir: Path | None = None
+    started_at = None
+    with active_lock(store, inv_id).hold(timeout=1, what="invocation", label=inv_id):
+        try:
+            with _gpu_locks(uuids, plan.lock_timeout_s, inv_id):
+                ev("locks_acquired", {"gpus": uuids})
+                identity = EnvironmentIdentity(
+                    image=ImageIdentity(name=plan.image, ref=entry.tag, id=entry.image_id,
+                                        repo_digests=list(client.images.get(entry.image_id).attrs.get("RepoDigests") or [])),
+                    engine=engine_identity(client),
+                    passthrough=mode,
+                    driver_version=hg.driver_version if uuids else None,
+                    cuda_driver_version=hg.cuda_driver_version if uuids else None,
+                    devices=[dv for dv in hg.devices if dv.uuid in uuids],
+                    host=host_identity(),
+                )
+                out_dir = _prepare_out_dir(store, inv_id, req.user)
+                grant = gpumod.grant(mode, uuids, hg)
+                command = plan.command
+                if plan.wrap:
+                    command = ["/opt/cko/bin/python", "-I", "-m", "operations", "run", "--meta",
+                               f"/cko/out/{META_DIR}", "--", *plan.command]
+                spec = sandbox.ContainerSpec(
+                    image_id=entry.image_id, command=command,
+                    mounts=[*plan.mounts, sandbox.Mount(str(out_dir), "/cko/out", read_only=False)],
+                    env={"CKO_INVOCATION": inv_id, **plan.env}, user=req.user, workdir=plan.workdir,
+                    limits=sandbox.Limits(memory_bytes=req.limits.memory_bytes, pids=plan.pids, cpus=plan.cpus,
+                                          tmpfs_bytes=req.limits.tmpfs_bytes),
+                    gpu=grant,
+                    labels={f"{sandbox.LABEL}.store": str(store.root), f"{sandbox.LABEL}.invocation": inv_id,
+                            f"{sandbox.LABEL}.controller-pid": str(os.getpid()),
+                            f"{sandbox.LABEL}.host": identity.host.host_id},
+                    cap_add=["SYS_ADMIN"] if plan.counters else [],
+                    timeout_s=plan.timeout_s, stop_grace_s=plan.stop_grace_s,
+                    cleanup_timeout_s=plan.cleanup_timeout_s,
+                )
+                sampler = None
+                if plan.telemetry:
+                    from .telemetry import Sampler
+
+                    sampler = Sampler(uuids)
+                    sampler.start()
+                started_at = now_iso()
+                say(f"running {plan.label or plan.op} in {plan.image} ({entry.image_id[7:19]})")
+                cancel_marker = d / "cancel"
+
+                def on_event(name: str, data: dict[str, Any]) -> None:
+                    ev(name, data)
+                    if sampler is not None and name == "container_started":
+                        sampler.container_id = data["container_id"]
+
+                try:
+                    run = sandbox.run(client, spec, on_event, cancelled=cancel_marker.exists)
+                finally:
+                    series = sampler.stop() if sampler else None
+        except CkoError as err:
+            ev("failed_to_start", {"error": err.code, "reason": err.message})
+            res = InvocationResult(id=inv_id, op=plan.op, state="failed" if err.exit_code != Exit.TIMED_OUT
+                                   else "timed_out", exit_code=int(err.exit_code), reason=err.message,
+                                   ended_at=now_iso(), request_sha256=request_sha, events_sha256=_events_sha(store, inv_id))
+            with store.writer():
+                _write_result(store, inv_id, res)
+            if out_dir is not None:
+                shutil.rmtree(out_dir.parent, ignore_errors=True)
+            err.detail = {"invocation": inv_id}
+            raise
+        refs, meta, problems = _collect(store, out_dir)
+        ev("collected", {"outputs": len(refs), "problems": problems})
+        state, code, reason = _terminal(run, meta, d / "cancel")
+        with store.writer():
+            so = store.put_bytes(run.stdout)
+            se = store.put_bytes(run.stderr)
+            tel_ref = None
+            tel_summary = None
+            if series is not None:
+                t = store.put_json(series)
+                tel_ref = ObjectRef(sha256=t["sha256"], size=t["size"], name="telemetry.json")
+                tel_summary = series.get("summary")
+            probe = meta.get("probe.json")
+            if isinstance(probe, dict):
+                identity = identity.model_copy(update={"tools": probe.get("tools", {})})
+            res = InvocationResult(
+                id=inv_id, op=plan.op, state=state, exit_code=code, container_exit_code=run.exit_code,
+                reason=reason if not problems else (reason or "") + ("; " if reason else "") + "; ".join(problems),
+                started_at=started_at, ended_at=now_iso(), duration_s=round(run.ended_at - run.started_at, 3),
+                identity=identity, cleanup=run.cleanup.as_dict(),
+                stdout_tail=run.stdout[-TAIL_CHARS:].decode("utf-8", "replace"),
+                stderr_tail=run.stderr[-TAIL_CHARS:].decode("utf-8", "replace"),
+                stdout=ObjectRef(sha256=so["sha256"], size=so["size"], name="stdout"),
+                stderr=ObjectRef(sha256=se["sha256"], size=se["size"], name="stderr"),
+                stdout_bytes=run.stdout_bytes, stderr_bytes=run.stderr_bytes,
+                outputs=refs, probe=probe if isinstance(probe, dict) else None,
+                telemetry=tel_ref, telemetry_summary=tel_summary,
+                request_sha256=request_sha, events_sha256=None,
+            )
+            ev("terminal", {"state": state, "exit_code": code})
+            res = res.model_copy(update={"events_sha256": _events_sha(store, inv_id)})
+            _write_result(store, inv_id, res)
+    outcome = Outcome(id=inv_id, result=res, out_dir=out_dir, meta=meta)
+    if not keep_outputs:
+        outcome.close()
+    return outcome
+
+
+def _terminal(run: sandbox.ContainerRun, meta: dict[str, Any], cancel_marker: Path) -> tuple[str, int, str | None]:
+    if run.cancelled or cancel_marker.exists():
+        return "cancelled", int(Exit.FAILED), "cancelled by request"
+    if run.timed_out:
+        return "timed_out", int(Exit.TIMED_OUT), "command timed out"
+    if run.engine_error:
+        return "failed", int(Exit.UNAVAILABLE), f"engine error: {run.engine_error}"
+    gpu_check = meta.get("gpu-check.json")
+    if isinstance(gpu_check, dict) and not gpu_check.get("ok", True):
+        return "failed", int(Exit.FAILED), str(gpu_check.get("reason"))
+    if run.oom_killed:
+        return "failed", int(Exit.FAILED), "container hit its memory limit (OOM killed)"
+    if run.exit_code == 0:
+        return "succeeded", int(Exit.DONE), None
+    return "failed", int(Exit.FAILED), f"command exited with {run.exit_code}"
+
+
+def reap_orphans(store: Store, client: Any | None = None) -> list[str]:
+    """Find invocations whose controller died: remove their containers, record `abandoned`."""
+    reaped: list[str] = []
+    inv_root = store.root / "invocations"
+    if client is None:
+        try:
+            client = img.docker_client()
+        except CkoError:
+            client = None
+    by_inv: dict[str, list[Any]] = {}
+    if client is not None:
+        for c in sandbox.find_containers(client, str(store.root)):
+            by_inv.setdefault(c.labels.get(f"{sandbox.LABEL}.invocation", ""), []).append(c)
+    for d in sorted(inv_root.iterdir()) if inv_root.is_dir() else []:
+        if (d / "result.json").exists() or not (d / "request.json").exists():
+            continue
+        if active_lock(store, d.name).is_held():
+            continue
+        cleanup: dict[str, Any] = {"container_removed": True, "found_containers": 0}
+        for c in by_inv.pop(d.name, []):
+            rep = sandbox.remove_container(client, c.id, grace=1, bound=20)
+            cleanup = rep.as_dict() | {"found_containers": cleanup["found_containers"] + 1}
+        ev = Events(d / "events.jsonl")
+        ev("abandoned", {"reason": "controller gone", "cleanup": cleanup})
+        try:
+            req = json.loads((d / "request.json").read_text())
+        except (OSError, ValueError):
+            req = {}
+        res = InvocationResult(id=d.name, op=str(req.get("op", "unknown")), state="abandoned",
+                               exit_code=int(Exit.FAILED), reason="the controller stopped before a terminal state",
+                               ended_at=now_iso(), cleanup=cleanup,
+                               request_sha256=sha256_file(d / "request.json"), events_sha256=_events_sha(store, d.name))
+        with contextlib.suppress(CkoError):
+            with store.writer():
+                _write_result(store, d.name, res)
+            reaped.append(d.name)
+        shutil.rmtree(store.root / "scratch" / d.name, ignore_errors=True)
+    # Containers of invocations that already ended (or are unknown): remove.
+    for inv, containers in by_inv.items():
+        if inv and not (inv_root / inv / "result.json").exists() and active_lock(store, inv).is_held():
+            continue
+        for c in containers:
+            sandbox.remove_container(client, c.id, grace=1, bound=20)
+    return reaped
+
+
+def load_result(store: Store, inv_id: str) -> InvocationResult | None:
+    p = inv_dir(store, inv_id) / "result.json"
+    if not p.exists():
+        return None
+    return InvocationResult.model_validate_json(p.read_bytes())
+
+
+def wait_for_result(store: Store, inv_id: str, timeout: float) -> InvocationResult | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = load_result(store, inv_id)
+        if r is not None:
+            return r
+        time.sleep(0.2)
+    return load_result(store, inv_id)
+
+
+def request_digest(req: InvocationRequest) -> str:
+    return sha256_bytes(canonical_bytes(req))

@@ -1,0 +1,313 @@
+"""The sandbox: one container per invocation, through the Docker SDK.
+
+Every container gets: the image by id, `--network none`, a read-only root, a tmpfs /tmp,
+cap-drop ALL, no-new-privileges, a non-root user, memory/CPU/pids limits, an init process (so
+a workload that ignores SIGTERM is still reaped), and only the mounts the operation needs.
+Containers carry labels naming the store, the invocation and the controller, so an orphan left
+by a killed controller can be found and removed by the next cko command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import CkoError, Exit, unavailable
+from .gpu import GpuGrant
+
+LABEL = "org.cko"
+OUTPUT_KEEP = 256 * 1024  # bytes of stdout/stderr kept from the head and from the tail
+
+
+@dataclass
+class Mount:
+    source: str
+    target: str
+    read_only: bool = True
+
+
+@dataclass
+class Limits:
+    memory_bytes: int = 4 << 30
+    pids: int = 1024
+    cpus: float | None = None
+    tmpfs_bytes: int = 1 << 30
+
+
+@dataclass
+class ContainerSpec:
+    image_id: str
+    command: list[str]
+    mounts: list[Mount] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    user: str = "65534:65534"
+    workdir: str = "/tmp"
+    limits: Limits = field(default_factory=Limits)
+    gpu: GpuGrant | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    cap_add: list[str] = field(default_factory=list)  # only ever SYS_ADMIN for profiler counters
+    timeout_s: float = 600.0
+    stop_grace_s: float = 5.0
+    cleanup_timeout_s: float = 20.0
+
+
+@dataclass
+class CleanupReport:
+    container_removed: bool = False
+    stop_sent: bool = False
+    killed: bool = False
+    seconds: float = 0.0
+    leftover: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"container_removed": self.container_removed, "stop_sent": self.stop_sent,
+                "killed": self.killed, "seconds": round(self.seconds, 3), "leftover": self.leftover,
+                "processes_left": 0 if self.container_removed else None}
+
+
+@dataclass
+class ContainerRun:
+    container_id: str
+    exit_code: int | None
+    timed_out: bool
+    cancelled: bool
+    oom_killed: bool
+    stdout: bytes
+    stderr: bytes
+    stdout_bytes: int
+    stderr_bytes: int
+    started_at: float
+    ended_at: float
+    cleanup: CleanupReport
+    engine_error: str | None = None
+
+
+class _Tail:
+    """Keep the head and the tail of a stream, count everything (megabytes of output stay bounded)."""
+
+    def __init__(self, keep: int = OUTPUT_KEEP) -> None:
+        self.keep = keep
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.keep - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.keep:
+                del self.tail[: len(self.tail) - self.keep]
+
+    def value(self) -> bytes:
+        if self.total <= 2 * self.keep:
+            return bytes(self.head + self.tail)
+        skipped = self.total - len(self.head) - len(self.tail)
+        return bytes(self.head) + f"\n[... {skipped} bytes cut by cko ...]\n".encode() + bytes(self.tail)
+
+
+def container_kwargs(spec: ContainerSpec) -> dict[str, Any]:
+    """The hardening every container gets; the one place it is decided."""
+    from docker.types import Mount as DMount
+
+    mounts = [DMount(target=m.target, source=m.source, type="bind", read_only=m.read_only) for m in spec.mounts]
+    env = dict(spec.env)
+    devices: list[str] = []
+    device_requests: list[Any] = []
+    if spec.gpu is not None:
+        env.update(spec.gpu.env)
+        devices = list(spec.gpu.devices)
+        device_requests = list(spec.gpu.device_requests)
+        mounts += [DMount(target=c, source=h, type="bind", read_only=True) for h, c in spec.gpu.binds]
+    else:
+        env.setdefault("NVIDIA_VISIBLE_DEVICES", "void")
+    kwargs: dict[str, Any] = dict(
+        image=spec.image_id,
+        command=spec.command,
+        user=spec.user,
+        working_dir=spec.workdir,
+        environment=env,
+        labels=spec.labels,
+        network_mode="none",
+        read_only=True,
+        cap_drop=["ALL"],
+        cap_add=spec.cap_add or None,
+        security_opt=["no-new-privileges"],
+        tmpfs={"/tmp": f"rw,nosuid,nodev,size={spec.limits.tmpfs_bytes}"},
+        mem_limit=spec.limits.memory_bytes,
+        memswap_limit=spec.limits.memory_bytes,
+        pids_limit=spec.limits.pids,
+        mounts=mounts,
+        devices=devices or None,
+        device_requests=device_requests or None,
+        init=True,
+        ipc_mode="private",
+        detach=True,
+        stdin_open=False,
+        tty=False,
+    )
+    if spec.limits.cpus:
+        kwargs["nano_cpus"] = int(spec.limits.cpus * 1e9)
+    return kwargs
+
+
+def _pump(stream: Any, out: _Tail, err: _Tail) -> None:
+    with contextlib.suppress(Exception):
+        for stdout, stderr in stream:
+            if stdout:
+                out.add(stdout)
+            if stderr:
+                err.add(stderr)
+
+
+def remove_container(client: Any, container_id: str, grace: float, bound: float) -> CleanupReport:
+    """Stop (TERM, then KILL after `grace`), remove, and check it is gone, all within `bound`."""
+    from docker.errors import APIError, NotFound
+
+    rep = CleanupReport()
+    t0 = time.monotonic()
+    try:
+        c = client.containers.get(container_id)
+        c.reload()
+        if c.status in ("running", "restarting", "paused"):
+            rep.stop_sent = True
+            try:
+                c.stop(timeout=max(0, int(grace)))
+            except APIError:
+                pass
+            c.reload()
+            if c.status == "running":
+                rep.killed = True
+                with contextlib.suppress(APIError):
+                    c.kill()
+        deadline = t0 + bound
+        while True:
+            try:
+                c.remove(force=True)
+            except NotFound:
+                break
+            except APIError as exc:
+                if time.monotonic() > deadline:
+                    rep.leftover = f"remove failed: {exc}"
+                    break
+                time.sleep(0.2)
+                continue
+            break
+    except NotFound:
+        pass
+    try:
+        client.containers.get(container_id)
+        rep.leftover = rep.leftover or "container still exists after removal"
+    except NotFound:
+        rep.container_removed = True
+    rep.seconds = time.monotonic() - t0
+    return rep
+
+
+def run(client: Any, spec: ContainerSpec, on_event: Callable[[str, dict[str, Any]], None],
+        cancelled: Callable[[], bool] = lambda: False) -> ContainerRun:
+    """Create, start, wait with a timeout, stop/kill, collect output, remove. Never leaves it behind."""
+    from docker.errors import APIError, DockerException, ImageNotFound
+
+    try:
+        container = client.containers.create(**container_kwargs(spec))
+    except ImageNotFound:
+        raise unavailable(f"image {spec.image_id} not found in the engine", code="image_missing") from None
+    except APIError as exc:
+        raise CkoError(f"engine refused the container: {exc.explanation or exc}", exit_code=Exit.UNAVAILABLE,
+                       code="container_create_failed") from None
+    out, err = _Tail(), _Tail()
+    pump: threading.Thread | None = None
+    timed_out = was_cancelled = False
+    exit_code: int | None = None
+    engine_error = None
+    started = time.time()
+    try:
+        stream = client.api.attach(container.id, stdout=True, stderr=True, stream=True, logs=True, demux=True)
+        pump = threading.Thread(target=_pump, args=(stream, out, err), daemon=True)
+        pump.start()
+        container.start()
+        started = time.time()
+        on_event("container_started", {"container_id": container.id[:12]})
+        deadline = time.monotonic() + spec.timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                on_event("timeout", {"after_s": spec.timeout_s})
+                break
+            if cancelled():
+                was_cancelled = True
+                on_event("cancel_seen", {})
+                break
+            try:
+                status = container.wait(timeout=min(1.0, remaining))
+                exit_code = int(status.get("StatusCode", -1))
+                break
+            except DockerException as exc:
+                if "timed out" in str(exc).lower() or "read timeout" in str(exc).lower():
+                    continue
+                engine_error = str(exc)
+                on_event("engine_error", {"error": engine_error[:300]})
+                break
+            except Exception as exc:  # requests' ReadTimeout / ConnectionError come through here
+                name = type(exc).__name__
+                if "Timeout" in name:
+                    continue
+                engine_error = f"{name}: {exc}"
+                on_event("engine_error", {"error": engine_error[:300]})
+                break
+    finally:
+        ended = time.time()
+        oom = False
+        with contextlib.suppress(Exception):
+            container.reload()
+            oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
+        if timed_out or was_cancelled or engine_error:
+            on_event("stop", {"grace_s": spec.stop_grace_s})
+        cleanup = remove_container(client, container.id, spec.stop_grace_s, spec.cleanup_timeout_s)
+        if cleanup.killed:
+            on_event("kill", {})
+        on_event("removed", cleanup.as_dict())
+        if pump is not None:
+            pump.join(timeout=2.0)
+    return ContainerRun(
+        container_id=container.id,
+        exit_code=exit_code,
+        timed_out=timed_out,
+        cancelled=was_cancelled,
+        oom_killed=oom,
+        stdout=out.value(),
+        stderr=err.value(),
+        stdout_bytes=out.total,
+        stderr_bytes=err.total,
+        started_at=started,
+        ended_at=ended,
+        cleanup=cleanup,
+        engine_error=engine_error,
+    )
+
+
+def find_containers(client: Any, store_root: str) -> list[Any]:
+    return list(client.containers.list(all=True, filters={"label": f"{LABEL}.store={store_root}"}))
+
+
+def controller_alive(labels: dict[str, str]) -> bool:
+    pid = labels.get(f"{LABEL}.controller-pid")
+    if not pid or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
