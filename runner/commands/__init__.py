@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 
 import click
 
@@ -25,9 +26,9 @@ def register(cli: click.Group) -> None:
     for name in MODULES:
         try:
             module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue  # area not built in this checkout
-            raise
+        except ImportError as exc:
+            # One broken area must not take the whole CLI down; say so loudly on stderr.
+            print(f"cko: commands from {name} unavailable: {exc}", file=sys.stderr)
+            continue
         for command in module.commands:
             cli.add_command(command)

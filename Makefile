@@ -1,0 +1,42 @@
+# The two set-up commands: `make demo` (the whole loop on the bundled example) and `make test`.
+# Both work on a fresh Debian machine as root: they create the venv, install the project, start a
+# Docker engine (installing Debian's docker.io if absent) and build the images the lock lacks.
+
+VENV   := .venv
+PY     := $(VENV)/bin/python
+CKO    := $(VENV)/bin/cko
+PYTHON ?= python3
+
+.PHONY: demo test venv engine images lint typecheck unit gpu-test clean-store
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ required"; exit 2; }
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null && $(PYTHON) -m venv $(VENV); }
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(VENV)/.installed
+
+engine:
+	@bash images/ensure-host.sh
+
+images: venv engine
+	$(CKO) images build cpu --offline --if-missing
+
+lint: venv
+	$(VENV)/bin/ruff check runner operations knowledge tests benchmarks examples
+	$(CKO) knowledge lint
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+test: images lint typecheck
+	$(VENV)/bin/pytest -q -m "not gpu"
+
+# On a machine with an NVIDIA GPU (the lent H200): see tests/gpu/README.md.
+gpu-test: images
+	$(VENV)/bin/pytest -q -m gpu tests/gpu
+
+demo: images
+	$(CKO) demo

@@ -1,0 +1,55 @@
+"""`cko doctor`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Group
+from rich.table import Table
+
+from ..cliutil import Outcome, common, handled
+from ..doctor import diagnose
+from ..errors import Exit
+
+
+@click.command("doctor")
+@common
+@handled
+def doctor_cmd(store: Path, as_json: bool) -> Outcome:
+    """Check the engine, images, GPU passthrough modes, driver/devices and profiler permission.
+
+    Exit 0 when the engine answers (even with no GPU: it says so), 5 when it does not.
+    """
+    rep = diagnose()
+    t = Table("check", "status", "detail", title="cko doctor")
+    eng = rep["engine"]
+    t.add_row("engine", "ok" if eng["reachable"] else "BLOCKED",
+              f"Docker {eng.get('version')} ({eng.get('default_runtime')}, cgroup v{eng.get('cgroup_version')})"
+              if eng["reachable"] else eng["reason"])
+    for r in rep["images"]:
+        state = "ok" if r.get("present") and not r.get("stale") else ("stale" if r.get("stale") else "missing")
+        t.add_row(f"image {r['name']}", state, (r.get("image_id") or "")[:19])
+    g = rep["gpu"]
+    if g["available"]:
+        for d in g["devices"]:
+            t.add_row(f"gpu {d['index']}", "ok", f"{d['name']} {d['uuid']} sm_{d['compute_capability'].replace('.', '')}")
+        t.add_row("driver", "ok", f"{g['driver_version']} (CUDA {g['cuda_driver_version']})")
+    else:
+        t.add_row("gpu", "none", g.get("note") or g.get("reason") or "")
+    for p in rep["passthrough"]:
+        t.add_row(f"passthrough {p['mode']}", "usable" if p["usable"] else "no", p.get("reason") or "")
+    prof = rep["profiler"]
+    t.add_row("profiler counters", {True: "readable", False: "restricted", None: "-"}[prof.get("readable")],
+              prof.get("reason") or "")
+    parts: list = [t]
+    if rep["blockers"]:
+        b = Table("blocker", "reason", "cheapest next step", title="blockers")
+        for x in rep["blockers"]:
+            b.add_row(x["what"], x["reason"], x["next_step"])
+        parts.append(b)
+    code = Exit.UNAVAILABLE if not eng["reachable"] else Exit.DONE
+    return Outcome(doc=rep, human=Group(*parts), exit_code=code)
+
+
+commands = [doctor_cmd]

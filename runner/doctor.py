@@ -1,0 +1,81 @@
+"""`cko doctor`: what works, what blocks, and the cheapest next step for each blocker."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from . import gpu as gpumod
+from . import images as img
+from .errors import CkoError
+
+
+def profiler_permission() -> dict[str, Any]:
+    """Can a non-admin read GPU performance counters? (NVreg_RestrictProfilingToAdminUsers)."""
+    params = Path("/proc/driver/nvidia/params")
+    if not params.exists():
+        return {"readable": None, "reason": "no NVIDIA driver parameters on this host"}
+    for line in params.read_text().splitlines():
+        if line.startswith("RmProfilingAdminOnly"):
+            admin_only = line.split(":", 1)[1].strip() == "1"
+            if admin_only:
+                return {"readable": False, "admin_only": True,
+                        "reason": "counters restricted to admin users (RmProfilingAdminOnly: 1)",
+                        "next_step": "allow_profiler_counters: true in the ops policy (adds CAP_SYS_ADMIN to the "
+                                     "profiling container only), or load nvidia with NVreg_RestrictProfilingToAdminUsers=0"}
+            return {"readable": True, "admin_only": False}
+    return {"readable": None, "reason": "RmProfilingAdminOnly not reported by the driver"}
+
+
+def diagnose() -> dict[str, Any]:
+    report: dict[str, Any] = {"blockers": [], "ok": []}
+    blockers: list[dict[str, str]] = report["blockers"]
+    try:
+        client = img.docker_client()
+        info = client.info()
+        ver = client.version()
+        report["engine"] = {"reachable": True, "version": ver.get("Version"), "api_version": ver.get("ApiVersion"),
+                            "runtimes": sorted((info.get("Runtimes") or {}).keys()),
+                            "default_runtime": info.get("DefaultRuntime"), "cgroup_version": info.get("CgroupVersion"),
+                            "storage_driver": info.get("Driver")}
+        report["ok"].append("engine")
+    except CkoError as err:
+        client, info = None, None
+        report["engine"] = {"reachable": False, "reason": err.message}
+        blockers.append({"what": "engine", "reason": err.message,
+                         "next_step": "apt-get install docker.io; setsid dockerd --bridge=none --iptables=false "
+                                      "--ip6tables=false &  (or `make engine`)"})
+    try:
+        rows = img.image_status(client)
+    except CkoError as err:
+        rows = []
+        blockers.append({"what": "images.lock", "reason": err.message, "next_step": "cko images build --offline"})
+    report["images"] = rows
+    for r in rows:
+        if r["name"] == "cpu" and not (r.get("present") and not r.get("stale")):
+            why = "not built" if not r.get("locked") else ("stale" if r.get("stale") else "not in the engine")
+            blockers.append({"what": "image cpu", "reason": why, "next_step": "cko images build cpu --offline"})
+    hg = gpumod.host_gpus()
+    report["gpu"] = {"available": hg.available, "reason": hg.reason, "driver_version": hg.driver_version,
+                     "cuda_driver_version": hg.cuda_driver_version,
+                     "devices": [d.model_dump(mode="json") for d in hg.devices]}
+    if not hg.available:
+        report["gpu"]["note"] = "no GPU on this host: CPU operations (parsing, statistics, CPU workloads) still work"
+    checks = gpumod.check_modes(info, hg)
+    report["passthrough"] = [{"mode": c.mode, "usable": c.usable, "reason": c.reason, "next_step": c.next_step}
+                             for c in checks]
+    report["passthrough_default"] = gpumod.pick_mode(checks)
+    if hg.available:
+        cuda = next((r for r in rows if r["name"] == "cuda"), None)
+        if not (cuda and cuda.get("present")):
+            blockers.append({"what": "image cuda", "reason": "not built",
+                             "next_step": "docker compose build cuda (registry) or tests/gpu/prepare.sh (offline)"})
+        report["profiler"] = profiler_permission()
+    else:
+        report["profiler"] = {"readable": None, "reason": "no GPU"}
+    report["tools"] = {t: bool(shutil.which(t)) for t in ("debootstrap", "docker", "nvidia-smi", "ncu", "nvcc")}
+    report["euid"] = os.geteuid()
+    report["ready"] = not blockers
+    return report

@@ -1,0 +1,65 @@
+"""Run one in-container operation (`python -I -m operations OP ...`) as an Invocation.
+
+Inputs are mounted read-only at /cko/in/<name>; the operation writes /cko/out/result.json.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import bad_request
+from .invocation import Plan, execute
+from .sandbox import Mount
+from .store import Store
+
+
+@dataclass
+class OperationResult:
+    invocation_id: str
+    exit_code: int  # the container's exit code (None → -1)
+    state: str
+    doc: dict[str, Any] | None
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    reason: str | None = None
+    stderr_tail: str = ""
+
+
+def run_operation(*, store: Store, op: str, args: list[str], inputs: dict[str, Path], image: str = "cpu",
+                  gpus: list[str] | None = None, timeout: float = 600.0, label: str = "", counters: bool = False,
+                  extra_mounts: list[Mount] | None = None, memory: str = "4g", parent: dict[str, Any] | None = None,
+                  policy_path: str | None = None) -> OperationResult:
+    staging = Path(tempfile.mkdtemp(prefix="cko-in-"))
+    try:
+        mounts = list(extra_mounts or [])
+        for name, src in inputs.items():
+            src = Path(src)
+            if not src.is_file():
+                raise bad_request(f"{name}: {src} is not a readable file", field=name)
+            if "/" in name or name.startswith("."):
+                raise ValueError(f"bad input name {name}")
+            # A private copy: the container sees exactly the bytes we hash, even if the source changes.
+            dst = staging / name
+            shutil.copyfile(src, dst)
+            dst.chmod(0o644)
+            mounts.append(Mount(str(dst), f"/cko/in/{name}", read_only=True))
+        staging.chmod(0o755)
+        plan = Plan(op=op, command=["/opt/cko/bin/python", "-I", "-m", "operations", op, *args, "--out", "/cko/out"],
+                    image=image, gpus=list(gpus or []), mounts=mounts, timeout_s=timeout, label=label or op,
+                    counters=counters, memory=memory, parent=parent, policy_path=policy_path)
+        outcome = execute(store, plan, keep_outputs=True)
+        try:
+            doc = outcome.read_json("result.json")
+            res = outcome.result
+            return OperationResult(invocation_id=outcome.id,
+                                   exit_code=res.container_exit_code if res.container_exit_code is not None else -1,
+                                   state=res.state, doc=doc if isinstance(doc, dict) else None,
+                                   outputs=[o.model_dump(mode="json") for o in res.outputs], reason=res.reason,
+                                   stderr_tail=res.stderr_tail)
+        finally:
+            outcome.close()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,107 @@
+"""`cko verify`: re-hash everything in a store and name each missing or altered file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .canonical import sha256_bytes, sha256_file
+from .store import RECORD_KINDS, Store
+
+PREFIX_KIND = {"tgt": "targets", "var": "variants", "exp": "experiments", "bas": "baselines", "evd": "evidence",
+               "inv": "invocations", "sel": "selections"}
+
+
+def ref_path(store: Store, ref_id: str) -> Path | None:
+    kind = PREFIX_KIND.get(ref_id.split("-", 1)[0])
+    if kind is None:
+        return None
+    if kind == "invocations":
+        return store.root / "invocations" / ref_id / "result.json"
+    if kind == "selections":
+        return store.root / "champion" / "selections" / f"{ref_id}.json"
+    return store.root / kind / f"{ref_id}.json"
+
+
+def _walk_refs(obj: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
+    found = []
+    if isinstance(obj, dict):
+        keys = set(obj)
+        if "sha256" in keys and isinstance(obj.get("sha256"), str) and len(obj["sha256"]) == 64:
+            if "id" in keys and isinstance(obj["id"], str):
+                found.append(("record", obj | {"_at": where}))
+            elif "size" in keys:
+                found.append(("object", obj | {"_at": where}))
+        for k, v in obj.items():
+            found += _walk_refs(v, f"{where}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            found += _walk_refs(v, f"{where}[{i}]")
+    return found
+
+
+def verify_store(store: Store) -> dict[str, Any]:
+    problems: list[dict[str, str]] = []
+    checked = {"objects": 0, "records": 0, "invocations": 0, "references": 0}
+
+    def bad(path: Path | str, what: str) -> None:
+        problems.append({"path": str(Path(path).relative_to(store.root)) if isinstance(path, Path) else path,
+                         "problem": what})
+
+    for p in sorted((store.root / "objects" / "sha256").rglob("*")):
+        if not p.is_file():
+            continue
+        if p.name.startswith(".tmp-"):
+            continue  # an interrupted write; never referenced
+        checked["objects"] += 1
+        if sha256_file(p) != p.name:
+            bad(p, "altered object: content does not match its name")
+    docs: list[tuple[Path, Any]] = []
+    for kind in RECORD_KINDS:
+        for p in sorted((store.root / kind).glob("*.json")):
+            docs.append((p, None))
+    docs += [(p, None) for p in sorted((store.root / "champion" / "selections").glob("*.json"))]
+    if (store.root / "champion" / "current.json").exists():
+        docs.append((store.root / "champion" / "current.json", None))
+    for d in sorted((store.root / "invocations").iterdir()) if (store.root / "invocations").is_dir() else []:
+        checked["invocations"] += 1
+        res = d / "result.json"
+        if not (d / "request.json").exists():
+            bad(d, "invocation without request.json")
+            continue
+        if not res.exists():
+            bad(d, "invocation without result.json (running, or abandoned: run any cko command to reap)")
+            continue
+        docs.append((res, None))
+    for p, _ in docs:
+        checked["records"] += 1
+        try:
+            doc = json.loads(p.read_bytes())
+        except (OSError, ValueError):
+            bad(p, "not valid JSON")
+            continue
+        if p.name == "result.json":
+            d = p.parent
+            if doc.get("request_sha256") != sha256_file(d / "request.json"):
+                bad(d / "request.json", "altered: does not match result.json's request_sha256")
+            ev = d / "events.jsonl"
+            if doc.get("events_sha256") and (not ev.exists() or doc["events_sha256"] != sha256_file(ev)):
+                bad(ev, "altered or missing: does not match result.json's events_sha256")
+        for kind, ref in _walk_refs(doc, p.name):
+            checked["references"] += 1
+            if kind == "object":
+                op = store.object_path(ref["sha256"])
+                if not op.is_file():
+                    bad(p, f"{ref['_at']}: object {ref['sha256'][:16]} is missing")
+                elif sha256_file(op) != ref["sha256"]:
+                    bad(op, "altered object")
+            else:
+                rp = ref_path(store, ref["id"])
+                if rp is None:
+                    continue
+                if not rp.is_file():
+                    bad(p, f"{ref['_at']}: referenced {ref['id']} is missing")
+                elif sha256_bytes(rp.read_bytes()) != ref["sha256"]:
+                    bad(rp, f"altered: referenced from {p.relative_to(store.root)} with another sha256")
+    return {"ok": not problems, "problems": problems, "checked": checked, "store": str(store.root)}
