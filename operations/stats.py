@@ -92,6 +92,7 @@ order).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Sequence
@@ -343,15 +344,28 @@ def min_pairs_for(confidence: float) -> int:
 
 
 def order_rank(n: int, confidence: float) -> int:
-    """Largest k >= 1 with 2 * P(Binomial(n, 1/2) <= k-1) <= 1 - confidence; 0 when none exists."""
-    alpha_half = (1.0 - _check_confidence(confidence)) / 2.0
+    """Largest k >= 1 with 2 * P(Binomial(n, 1/2) <= k-1) <= 1 - confidence; 0 when none exists.
+    The interval [d_(k), d_(n+1-k)] then covers the median with probability >= confidence."""
+    return _order(_check_int(n, "n", 1), _check_confidence(confidence))[0]
+
+
+def order_coverage(n: int, confidence: float) -> float | None:
+    """Exact coverage 1 - 2 * P(Binomial(n, 1/2) <= k-1) of the order interval; None when k = 0."""
+    return _order(_check_int(n, "n", 1), _check_confidence(confidence))[1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _order(n: int, confidence: float) -> tuple[int, float | None]:
+    alpha_half = (1.0 - confidence) / 2.0
     binom = scipy.stats.binom
-    k = int(binom.ppf(alpha_half, n, 0.5))
+    k = max(int(binom.ppf(alpha_half, n, 0.5)), 0)
     while k < n and binom.cdf(k, n, 0.5) <= alpha_half:
         k += 1
     while k >= 1 and binom.cdf(k - 1, n, 0.5) > alpha_half:
         k -= 1
-    return max(k, 0)
+    if k < 1:
+        return 0, None
+    return k, float(1.0 - 2.0 * binom.cdf(k - 1, n, 0.5))
 
 
 def _bootstrap_ci(d: np.ndarray, confidence: float, seed: int, resamples: int) -> tuple[float, float]:
@@ -387,15 +401,14 @@ def _estimate_fields(
     n = int(d.size)
     med = float(np.median(d))
     b_lo, b_hi = _bootstrap_ci(d, confidence, seed, resamples)
-    k = order_rank(n, confidence)
+    k, coverage = _order(n, confidence)
     s = np.sort(d)
+    ranks: tuple[int, int] | None = None
     if k >= 1:
         o_lo, o_hi = float(s[k - 1]), float(s[n - k])
-        ranks: tuple[int, int] | None = (k, n + 1 - k)
-        coverage: float | None = float(1.0 - 2.0 * scipy.stats.binom.cdf(k - 1, n, 0.5))
+        ranks = (k, n + 1 - k)
     else:  # too few pairs: the widest interval the data give, flagged as not calibrated
         o_lo, o_hi = float(s[0]), float(s[-1])
-        ranks, coverage = None, None
     lo, hi = min(b_lo, o_lo), max(b_hi, o_hi)
     return {
         "n_pairs": n,
@@ -697,7 +710,7 @@ def sequential_compare(
             "reference", f"has {n} pairs, fewer than the plan's first look at {plan.looks[0]}"
         )
     done: list[Comparison] = []
-    for j, (look, conf) in enumerate(zip(plan.looks, plan.look_confidences, strict=True)):
+    for look, conf in zip(plan.looks, plan.look_confidences, strict=True):
         if look > n:
             break
         c = compare(
@@ -766,6 +779,7 @@ __all__ = [
     "estimate",
     "evenly_spaced_looks",
     "min_pairs_for",
+    "order_coverage",
     "order_rank",
     "pair_log_ratios",
     "primary_verdict",

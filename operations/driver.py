@@ -1,0 +1,376 @@
+"""The workload-driver helper: a user writes three functions, `main()` does the rest.
+
+    from operations.driver import main
+
+    def make_inputs(case, rng, device):      # harness-owned: fresh inputs for one repetition
+        ...
+    def run(impl, inputs):                    # the timed call into the subject's code
+        return impl.softmax(inputs["x"])
+    def reference(case, inputs):              # harness-owned reference, in high precision
+        ...
+
+    if __name__ == "__main__":
+        main(make_inputs=make_inputs, run=run, reference=reference)
+
+What `main` does, so a candidate cannot game the numbers (README, threat model):
+- fresh inputs for every repetition, seeded per (case, repetition) and recorded, identical for the
+  subjects of one pair; an `out` buffer in the inputs is poisoned with NaN before every run;
+- warm-up runs excluded; timing by CUDA events with a whole-device synchronise inside the window
+  (work on other streams or left asynchronous is inside it), or perf_counter_ns on the CPU; an
+  independent wall clock of the same window must agree with the event time;
+- the outputs of timed runs are checked: the first of each subject/case and a random share chosen
+  only after the run returned; NaN/Inf never passes; relative L2 and max-abs error vs the reference;
+- the timers and synchronisation functions are captured before subject code loads and checked
+  after every run; threads or child processes left running by a run are violations;
+- SM clock at the start and end of every timed block, where NVML is visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import os
+import secrets
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .protocol import (
+    UNIT_SCALE_TO_NS,
+    Accuracy,
+    DriverRequest,
+    DriverResult,
+    Series,
+)
+
+_perf_ns = time.perf_counter_ns  # captured before any subject code is imported
+
+
+def load_subject(subject_id: str, path: str, entry: str) -> types.ModuleType:
+    """Import the subject's entry module under a package private to this subject.
+
+    Two subjects with the same file names never share modules; sibling imports inside a
+    subject must be relative (`from . import util`).
+    """
+    root = Path(path)
+    target = root / entry
+    if not target.is_file():
+        raise FileNotFoundError(f"subject {subject_id}: {entry} not found in {path}")
+    pkg_name = "cko_subject_" + "".join(c if c.isalnum() else "_" for c in subject_id)
+    pkg = types.ModuleType(pkg_name)
+    pkg.__path__ = [str(root)]
+    sys.modules[pkg_name] = pkg
+    mod_name = f"{pkg_name}.{target.stem}"
+    spec = importlib.util.spec_from_file_location(mod_name, target)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {target}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    if hasattr(x, "detach"):  # torch tensor: bf16/fp16 through float32
+        t = x.detach()
+        if t.dtype.is_floating_point and t.element_size() < 4:
+            t = t.float()
+        return np.asarray(t.cpu().numpy())
+    if hasattr(x, "get") and type(x).__module__.startswith("cupy"):
+        return np.asarray(x.get())
+    return np.asarray(x)
+
+
+def compare(output: Any, expected: Any) -> tuple[float, float, str]:
+    """(relative L2 error, max abs error, detail). Non-finite output or shape mismatch → inf."""
+    if output is None:
+        return float("inf"), float("inf"), "run returned no output"
+    out = to_numpy(output).astype(np.float64, copy=False)
+    ref = to_numpy(expected).astype(np.float64, copy=False)
+    if out.shape != ref.shape:
+        return float("inf"), float("inf"), f"shape {out.shape} != reference {ref.shape}"
+    finite = np.isfinite(out)
+    if not finite.all():
+        return float("inf"), float("inf"), f"{int((~finite).sum())} non-finite output element(s) (NaN/Inf or unwritten)"
+    diff = out - ref
+    denom = float(np.linalg.norm(ref))
+    rel = float(np.linalg.norm(diff)) / (denom if denom > 0 else 1.0)
+    return rel, float(np.max(np.abs(diff))) if diff.size else 0.0, ""
+
+
+def poison(inputs: Any) -> None:
+    out = inputs.get("out") if isinstance(inputs, dict) else None
+    if out is None:
+        return
+    if hasattr(out, "fill_"):
+        out.fill_(float("nan"))
+    elif isinstance(out, np.ndarray) and np.issubdtype(out.dtype, np.floating):
+        out.fill(np.nan)
+
+
+class _Backend:
+    name = "perf_counter_ns"
+
+    def sync(self) -> None:
+        return None
+
+    def time(self, fn: Callable[[], Any]) -> tuple[Any, int, int]:
+        gc.collect()
+        gc.disable()
+        try:
+            w0 = _perf_ns()
+            out = fn()
+            w1 = _perf_ns()
+        finally:
+            gc.enable()
+        return out, w1 - w0, w1 - w0
+
+    def guarded(self) -> dict[str, Any]:
+        """The timing functions as the modules hold them now (compared with a copy taken at start)."""
+        return {"time.perf_counter_ns": time.perf_counter_ns, "time.perf_counter": time.perf_counter,
+                "time.monotonic_ns": time.monotonic_ns, "time.time_ns": time.time_ns}
+
+
+class _TorchCuda(_Backend):
+    name = "cuda_events+device_sync"
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        self.Event = torch.cuda.Event
+        self.synchronize = torch.cuda.synchronize
+        self.elapsed = torch.cuda.Event.elapsed_time
+        self.record = torch.cuda.Event.record
+
+    def sync(self) -> None:
+        self.synchronize()
+
+    def time(self, fn: Callable[[], Any]) -> tuple[Any, int, int]:
+        start, end = self.Event(enable_timing=True), self.Event(enable_timing=True)
+        gc.collect()
+        gc.disable()
+        try:
+            self.synchronize()
+            w0 = _perf_ns()
+            self.record(start)
+            out = fn()
+            # Whole device: kernels on other streams or left in flight land inside the window.
+            self.synchronize()
+            self.record(end)
+            end.synchronize()
+            w1 = _perf_ns()
+        finally:
+            gc.enable()
+        return out, int(self.elapsed(start, end) * 1e6), w1 - w0
+
+    def guarded(self) -> dict[str, Any]:
+        torch = self.torch
+        return super().guarded() | {"torch.cuda.synchronize": torch.cuda.synchronize,
+                                    "torch.cuda.Event": torch.cuda.Event,
+                                    "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+                                    "torch.cuda.Event.record": torch.cuda.Event.record}
+
+
+def _backend(device: str) -> _Backend:
+    if device == "cuda":
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                return _TorchCuda()
+        except ImportError:
+            pass
+        raise RuntimeError("device cuda requested but torch with CUDA is not available in this container")
+    return _Backend()
+
+
+class _Clocks:
+    """SM clock via NVML inside the container (where the driver library is mounted)."""
+
+    def __init__(self, device: str) -> None:
+        self.handle = None
+        if device != "cuda":
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:
+            self.handle = None
+
+    def sm(self) -> int | None:
+        if self.handle is None:
+            return None
+        try:
+            return int(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
+        except Exception:
+            return None
+
+
+def _children() -> set[int]:
+    kids: set[int] = set()
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/children") as f:
+                kids.update(int(p) for p in f.read().split())
+    except OSError:
+        pass
+    return kids
+
+
+def input_seed(base: int, case_index: int, rep: int, warm: bool = False) -> int:
+    """Seed of one repetition's inputs: same for every subject of a pair, different per rep."""
+    return int(np.random.SeedSequence([base, case_index, rep, 1 if warm else 0]).generate_state(1)[0])
+
+
+def environment() -> dict[str, str]:
+    env = {"python": sys.version.split()[0], "numpy": np.__version__}
+    for name in ("torch", "triton", "cupy"):
+        mod = sys.modules.get(name)
+        if mod is not None and hasattr(mod, "__version__"):
+            env[name] = str(mod.__version__)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_available():
+                env["cuda_runtime"] = str(torch.version.cuda)
+                env["gpu"] = torch.cuda.get_device_name(0)
+        except Exception:
+            pass
+    return env
+
+
+def drive(req: DriverRequest, make_inputs: Callable[..., Any], run: Callable[[Any, Any], Any],
+          reference: Callable[[Any, Any], Any], load: Callable[[str, str, str], Any] | None = None,
+          extra_metrics: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]] | None = None) -> DriverResult:
+    """Follow the request's schedule and return the result (no I/O: `main` does that)."""
+    backend = _backend(req.device)
+    clocks = _Clocks(req.device)
+    loader = load or load_subject
+    impls: dict[str, Any] = {}
+    guarded = backend.guarded()
+    cases = {c.id: c for c in req.cases}
+    case_index = {c.id: i for i, c in enumerate(req.cases)}
+    subjects = {s.id: s for s in req.subjects}
+    extra = extra_metrics or {}
+    integrity: list[str] = []
+    units: dict[str, str] = {}
+    for m in req.metrics:
+        if m.unit in UNIT_SCALE_TO_NS and m.name not in extra:
+            units[m.name] = m.unit
+        elif m.name in extra:
+            units[m.name] = extra[m.name][0]
+        else:
+            raise ValueError(f"metric {m.name!r} ({m.unit}) is not a time metric and no extra_metrics function gives it")
+    per: dict[tuple[str, str], dict[str, Any]] = {}
+    warmed: set[tuple[str, str]] = set()
+    tol = {"rel_l2": req.accuracy.rel_l2, "max_abs": req.accuracy.max_abs}
+    threads0 = threading.active_count()
+    kids0 = _children()
+
+    def check_integrity(where: str) -> None:
+        now = backend.guarded()
+        for name, fn in guarded.items():
+            if now.get(name) is not fn:
+                integrity.append(f"{where}: {name} was replaced during the run")
+        if threading.active_count() > threads0:
+            integrity.append(f"{where}: {threading.active_count() - threads0} thread(s) left running after the run")
+        if _children() - kids0:
+            integrity.append(f"{where}: child process(es) left running after the run")
+
+    for item in req.schedule:
+        key = (item.subject, item.case)
+        case = cases[item.case]
+        if item.subject not in impls:
+            s = subjects[item.subject]
+            impls[item.subject] = loader(s.id, s.path, req.entry)
+            check_integrity(f"load {s.id}")
+        impl = impls[item.subject]
+        st = per.setdefault(key, {"reps": [], "samples": {m.name: [] for m in req.metrics}, "wall": [], "sm": [],
+                                  "checks": 0, "checked": [], "seeds": [], "worst_rel": 0.0, "worst_abs": 0.0,
+                                  "passed": True, "detail": ""})
+        if key not in warmed:
+            for w in range(req.warmup):
+                wi = make_inputs(case.params, np.random.default_rng(input_seed(req.seed, case_index[item.case], w, True)),
+                                 req.device)
+                poison(wi)
+                run(impl, wi)
+                backend.sync()
+            warmed.add(key)
+        seed = input_seed(req.seed, case_index[item.case], item.rep)
+        inputs = make_inputs(case.params, np.random.default_rng(seed), req.device)
+        poison(inputs)
+        backend.sync()
+        sm0 = clocks.sm()
+        out, t_ns, wall_ns = backend.time(lambda: run(impl, inputs))  # noqa: B023 - called at once
+        sm1 = clocks.sm()
+        check_integrity(f"{item.subject}/{item.case}/rep {item.rep}")
+        if t_ns > wall_ns * 1.05 + 20_000 or (wall_ns > 1_000_000 and t_ns < 0.5 * wall_ns - 200_000):
+            integrity.append(f"{item.subject}/{item.case}/rep {item.rep}: event time {t_ns} ns and wall clock "
+                             f"{wall_ns} ns of the same window disagree")
+        st["reps"].append(item.rep)
+        st["wall"].append(int(wall_ns))
+        st["sm"].append([sm0, sm1])
+        for m in req.metrics:
+            if m.name in extra:
+                st["samples"][m.name].append(float(extra[m.name][1](case.params, max(t_ns, 1))))
+            else:
+                st["samples"][m.name].append(max(t_ns, 1) / UNIT_SCALE_TO_NS[m.unit])
+        # Check this timed output? Decided only now, after the run returned, so it can't be predicted.
+        first = st["checks"] == 0
+        if first or req.mode == "smoke" or secrets.randbelow(1_000_000) < req.accuracy.check_fraction * 1_000_000:
+            rel, mx, detail = compare(out, reference(case.params, inputs))
+            st["checks"] += 1
+            st["checked"].append(item.rep)
+            st["seeds"].append(seed)
+            st["worst_rel"] = max(st["worst_rel"], rel)
+            st["worst_abs"] = max(st["worst_abs"], mx)
+            ok = rel <= req.accuracy.rel_l2 and (req.accuracy.max_abs is None or mx <= req.accuracy.max_abs)
+            if not ok and st["passed"]:
+                st["passed"] = False
+                st["detail"] = detail or (f"rep {item.rep}: rel_l2 {rel:.3g} (tol {req.accuracy.rel_l2:g}), "
+                                          f"max_abs {mx:.3g} (tol {req.accuracy.max_abs})")
+        del out, inputs
+    series = []
+    for (subject, case_id), st in per.items():
+        def fin(x: float) -> float | None:
+            return x if np.isfinite(x) else None
+
+        series.append(Series(
+            subject=subject, case=case_id, reps=st["reps"], samples=st["samples"], wall_ns=st["wall"], sm_mhz=st["sm"],
+            accuracy=Accuracy(passed=st["passed"], checks=st["checks"], checked_reps=st["checked"],
+                              worst_rel_l2=fin(st["worst_rel"]), worst_max_abs=fin(st["worst_abs"]),
+                              tolerance=tol, detail=st["detail"], input_seeds=st["seeds"])))
+    return DriverResult(protocol=req.protocol, mode=req.mode, series=series, environment=environment(),
+                        units=units, integrity=integrity, timing=backend.name)
+
+
+def main(make_inputs: Callable[..., Any], run: Callable[[Any, Any], Any], reference: Callable[[Any, Any], Any],
+         load: Callable[[str, str, str], Any] | None = None,
+         extra_metrics: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]] | None = None,
+         argv: list[str] | None = None) -> int:
+    """Read the request (argv[0] or $CKO_DRIVER_REQUEST), drive, write the result atomically."""
+    ap = argparse.ArgumentParser(description="cko workload driver (protocol cko/driver-v1)")
+    ap.add_argument("request", nargs="?", default=os.environ.get("CKO_DRIVER_REQUEST"))
+    args = ap.parse_args(argv)
+    if not args.request:
+        print("driver: no request (give a path or set CKO_DRIVER_REQUEST)", file=sys.stderr)
+        return 2
+    req = DriverRequest.model_validate_json(Path(args.request).read_bytes())
+    res = drive(req, make_inputs, run, reference, load=load, extra_metrics=extra_metrics)
+    tmp = req.result_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(res.model_dump(mode="json"), f)
+    os.replace(tmp, req.result_path)
+    return 0

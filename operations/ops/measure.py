@@ -1,0 +1,223 @@
+"""`measure`: drive the user's workload by the protocol, inside the container.
+
+Reads a measurement plan (the driver request, the driver command, the acquisition mode),
+runs the driver — one process for all subjects (`same_process`) or one process per run of
+consecutive schedule items of one subject (`isolated`) — validates every result against the
+contract and writes /cko/out/result.json. Nothing the driver writes elsewhere under /cko/out
+survives: the output directory is cleaned to what this operation wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..protocol import ContractError, DriverRequest, DriverResult, Series, validate_result
+
+TAIL = 4000
+
+
+class DriverSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    command: list[str] = Field(min_length=1)
+    cwd: str = "/cko/harness"
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class MeasurePlan(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    driver: DriverSpec
+    acquisition: str = Field(pattern="^(isolated|same_process)$")
+    request: DriverRequest
+    process_timeout_s: float = Field(gt=0)
+
+
+def _tail(path: Path) -> str:
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            f.seek(max(0, size - TAIL))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def segments(req: DriverRequest, acquisition: str) -> list[DriverRequest]:
+    """The driver requests to run, in order: all in one, or one per same-subject run."""
+    if acquisition == "same_process":
+        return [req]
+    out: list[DriverRequest] = []
+    run: list[Any] = []
+    for item in req.schedule:
+        if run and run[-1].subject != item.subject:
+            out.append(_sub(req, run))
+            run = []
+        run.append(item)
+    if run:
+        out.append(_sub(req, run))
+    return out
+
+
+def _sub(req: DriverRequest, items: list[Any]) -> DriverRequest:
+    subject = items[0].subject
+    cases = {i.case for i in items}
+    return req.model_copy(update={
+        "subjects": [s for s in req.subjects if s.id == subject],
+        "cases": [c for c in req.cases if c.id in cases],
+        "schedule": items,
+    })
+
+
+def run_driver(plan: MeasurePlan, sub: DriverRequest, n: int, work: Path) -> tuple[DriverResult | None, dict[str, Any]]:
+    d = work / f"p{n:04d}"
+    d.mkdir(parents=True)
+    result_path = d / "result.json"
+    sub = sub.model_copy(update={"result_path": str(result_path)})
+    # Cases keep their position in the full request so input seeds match across processes.
+    req_path = d / "request.json"
+    req_path.write_text(sub.model_dump_json())
+    env = {k: v for k, v in os.environ.items()} | plan.driver.env | {"CKO_DRIVER_REQUEST": str(req_path)}
+    info: dict[str, Any] = {"index": n, "subjects": [s.id for s in sub.subjects], "items": len(sub.schedule)}
+    t0 = time.monotonic()
+    with open(d / "stdout", "wb") as so, open(d / "stderr", "wb") as se:
+        proc = subprocess.Popen([*plan.driver.command, str(req_path)], cwd=plan.driver.cwd, env=env, stdout=so,
+                                stderr=se, start_new_session=True)
+        try:
+            code = proc.wait(timeout=plan.process_timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+    info["wall_s"] = round(time.monotonic() - t0, 3)
+    info["exit_code"] = code
+    info["stderr_tail"] = _tail(d / "stderr")
+    info["stdout_bytes"] = (d / "stdout").stat().st_size
+    if code is None:
+        info["error"] = {"code": "driver_timed_out", "field": "driver",
+                         "message": f"driver process {n} ran past {plan.process_timeout_s:g}s and was killed"}
+        return None, info
+    if code != 0:
+        info["error"] = {"code": "driver_crashed", "field": "driver",
+                         "message": f"driver process {n} exited with {code}: {info['stderr_tail'][-500:]}"}
+        return None, info
+    if not result_path.is_file():
+        info["error"] = {"code": "result_not_written", "field": "result_path",
+                         "message": f"driver process {n} exited 0 but wrote no result"}
+        return None, info
+    try:
+        raw = json.loads(result_path.read_bytes())
+    except (OSError, ValueError) as exc:
+        info["error"] = {"code": "result_not_json", "field": "result", "message": f"result is not JSON: {exc}"}
+        return None, info
+    if isinstance(raw, dict) and raw.get("protocol") not in (None, sub.protocol):
+        info["error"] = {"code": "unknown_protocol", "field": "protocol",
+                         "message": f"result protocol {raw.get('protocol')!r}, expected {sub.protocol}"}
+        return None, info
+    try:
+        res = DriverResult.model_validate(raw)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        field = ".".join(str(x) for x in e["loc"]) or "result"
+        code = "non_finite" if "finite" in e["msg"] else "invalid_result"
+        info["error"] = {"code": code, "field": field, "message": f"result.{field}: {e['msg']}"}
+        return None, info
+    return res, info
+
+
+def merge(parts: list[DriverResult], req: DriverRequest) -> DriverResult:
+    by: dict[tuple[str, str], list[Series]] = {}
+    for p in parts:
+        for s in p.series:
+            by.setdefault((s.subject, s.case), []).append(s)
+    merged = []
+    for (subject, case), ss in by.items():
+        if len(ss) == 1:
+            merged.append(ss[0])
+            continue
+        reps = [r for s in ss for r in s.reps]
+        samples = {k: [v for s in ss for v in s.samples.get(k, [])] for k in ss[0].samples}
+        acc = ss[0].accuracy.model_copy(update={
+            "passed": all(s.accuracy.passed for s in ss),
+            "checks": sum(s.accuracy.checks for s in ss),
+            "checked_reps": [r for s in ss for r in s.accuracy.checked_reps],
+            "input_seeds": [r for s in ss for r in s.accuracy.input_seeds],
+            "worst_rel_l2": max((s.accuracy.worst_rel_l2 for s in ss if s.accuracy.worst_rel_l2 is not None),
+                                default=None),
+            "worst_max_abs": max((s.accuracy.worst_max_abs for s in ss if s.accuracy.worst_max_abs is not None),
+                                 default=None),
+            "detail": "; ".join(s.accuracy.detail for s in ss if s.accuracy.detail)[:1000],
+        })
+        merged.append(Series(subject=subject, case=case, reps=reps, samples=samples,
+                             wall_ns=[w for s in ss for w in s.wall_ns], sm_mhz=[c for s in ss for c in s.sm_mhz],
+                             accuracy=acc))
+    first = parts[0]
+    return DriverResult(protocol=first.protocol, mode=first.mode, series=merged, environment=first.environment,
+                        units=first.units, integrity=[i for p in parts for i in p.integrity], timing=first.timing)
+
+
+def measure(plan: MeasurePlan, out: Path, work: Path) -> dict[str, Any]:
+    parts: list[DriverResult] = []
+    processes: list[dict[str, Any]] = []
+    failure = None
+    for n, sub in enumerate(segments(plan.request, plan.acquisition)):
+        res, info = run_driver(plan, sub, n, work)
+        processes.append(info)
+        if res is None:
+            failure = info["error"]
+            break
+        errs = validate_result(sub, res)
+        if errs:
+            failure = errs[0].model_dump() | {"all": [e.model_dump() for e in errs]}
+            break
+        parts.append(res)
+    doc: dict[str, Any] = {"processes": processes, "failure": failure, "acquisition": plan.acquisition}
+    if failure is None and parts:
+        merged = merge(parts, plan.request)
+        errs = validate_result(plan.request, merged)
+        doc["contract_errors"] = [e.model_dump() for e in errs]
+        if errs:
+            doc["failure"] = errs[0].model_dump()
+        doc["driver_result"] = merged.model_dump(mode="json")
+    return doc
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="operations measure")
+    ap.add_argument("--plan", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--work", default="/tmp/cko-measure")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    try:
+        plan = MeasurePlan.model_validate_json(Path(args.plan).read_bytes())
+    except (OSError, ValidationError) as exc:
+        msg = str(exc).splitlines()[0]
+        doc: dict[str, Any] = {"failure": {"code": "invalid_plan", "field": "plan", "message": msg}}
+    else:
+        work = Path(args.work)
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        doc = measure(plan, out, work)
+    # Only what this operation writes leaves the container (and the probe, written before the driver).
+    for child in out.iterdir():
+        if child.name != ".cko":
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+    tmp = out / "result.json.tmp"
+    tmp.write_text(json.dumps(doc, sort_keys=True, allow_nan=False, default=str))
+    os.replace(tmp, out / "result.json")
+    return 0 if doc.get("failure") is None else 1
+
+
+__all__ = ["ContractError", "MeasurePlan", "main"]

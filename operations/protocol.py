@@ -1,0 +1,187 @@
+"""The workload-driver protocol, version `cko/driver-v1` (DESIGN.md, Workload driver protocol).
+
+cko writes a DriverRequest; the user's driver (usually through `operations.driver`) writes one
+DriverResult. `validate_result` checks the result against the request and returns contract
+errors, each with a code and the field that differs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PROTOCOL = "cko/driver-v1"
+UNITS = ("ns", "us", "ms", "s", "bytes/s", "GB/s", "TFLOP/s", "GFLOP/s", "items/s", "bytes", "count", "ratio")
+UNIT_SCALE_TO_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+class Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Metric(Closed):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_.]{0,63}$")
+    unit: str
+    direction: Literal["lower", "higher"] = "lower"
+
+    @model_validator(mode="after")
+    def _unit(self) -> Metric:
+        if self.unit not in UNITS:
+            raise ValueError(f"unit {self.unit!r} is not one of {', '.join(UNITS)}")
+        return self
+
+
+class Case(Closed):
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Subject(Closed):
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    path: str  # where the subject's snapshot is mounted (read-only)
+
+
+class ScheduleItem(Closed):
+    subject: str
+    case: str
+    rep: int = Field(ge=0)
+
+
+class AccuracyRule(Closed):
+    """Accuracy gate: relative L2 error and max absolute error against the harness's reference."""
+
+    rel_l2: float = Field(gt=0, le=1.0)
+    max_abs: float | None = Field(default=None, gt=0)
+    check_fraction: float = Field(default=0.25, gt=0, le=1.0)
+
+
+class DriverRequest(Closed):
+    protocol: str = PROTOCOL
+    mode: Literal["smoke", "measure"]
+    subjects: list[Subject] = Field(min_length=1)
+    cases: list[Case] = Field(min_length=1)
+    schedule: list[ScheduleItem] = Field(min_length=1)
+    warmup: int = Field(default=1, ge=0, le=1000)
+    metrics: list[Metric] = Field(min_length=1)
+    accuracy: AccuracyRule
+    seed: int = Field(ge=0)
+    device: Literal["cpu", "cuda"] = "cpu"
+    result_path: str
+    entry: str = Field(default="kernel.py", description="module file in each subject snapshot to load")
+
+    @model_validator(mode="after")
+    def _refs(self) -> DriverRequest:
+        if self.protocol != PROTOCOL:
+            raise ValueError(f"unknown protocol version {self.protocol!r}; this is {PROTOCOL}")
+        subjects = {s.id for s in self.subjects}
+        cases = {c.id for c in self.cases}
+        seen = set()
+        for i, it in enumerate(self.schedule):
+            if it.subject not in subjects:
+                raise ValueError(f"schedule[{i}].subject {it.subject!r} is not a subject")
+            if it.case not in cases:
+                raise ValueError(f"schedule[{i}].case {it.case!r} is not a case")
+            key = (it.subject, it.case, it.rep)
+            if key in seen:
+                raise ValueError(f"schedule[{i}] repeats {key}")
+            seen.add(key)
+        return self
+
+
+class Accuracy(Closed):
+    passed: bool
+    checks: int = Field(ge=0)
+    checked_reps: list[int] = Field(default_factory=list)
+    worst_rel_l2: float | None = None
+    worst_max_abs: float | None = None
+    tolerance: dict[str, float | None] = Field(default_factory=dict)
+    detail: str = ""
+    input_seeds: list[int] = Field(default_factory=list)
+
+
+class Series(Closed):
+    subject: str
+    case: str
+    reps: list[int]
+    samples: dict[str, list[float]]  # metric name -> one value per rep, in `reps` order
+    wall_ns: list[int] = Field(default_factory=list)  # independent wall clock of the same windows
+    sm_mhz: list[list[int | None]] = Field(default_factory=list)  # [start, end] per rep, where known
+    accuracy: Accuracy
+
+
+class DriverResult(Closed):
+    protocol: str
+    mode: Literal["smoke", "measure"]
+    series: list[Series]
+    environment: dict[str, str] = Field(default_factory=dict)
+    units: dict[str, str] = Field(default_factory=dict)  # metric name -> unit, as the driver measured it
+    integrity: list[str] = Field(default_factory=list)  # violations the helper detected
+    timing: str = "unknown"  # how samples were timed: cuda_events+device_sync | perf_counter_ns
+
+
+class ContractError(Closed):
+    code: str
+    field: str
+    message: str
+
+
+def validate_result(req: DriverRequest, res: DriverResult, subjects: list[str] | None = None) -> list[ContractError]:
+    """Every way `res` fails to answer `req` (empty = the contract holds)."""
+    errs: list[ContractError] = []
+
+    def e(code: str, field: str, msg: str) -> None:
+        errs.append(ContractError(code=code, field=field, message=msg))
+
+    if res.protocol != PROTOCOL:
+        e("unknown_protocol", "protocol", f"result protocol {res.protocol!r}, expected {PROTOCOL}")
+        return errs
+    if res.mode != req.mode:
+        e("wrong_mode", "mode", f"result mode {res.mode!r}, request {req.mode!r}")
+    errs.extend(unit_check(req.metrics, res.units))
+    for m in req.metrics:
+        if m.name not in res.units:
+            e("missing_unit", f"units.{m.name}", f"the driver did not say which unit {m.name!r} is in")
+    want: dict[tuple[str, str], list[int]] = {}
+    for it in req.schedule:
+        if subjects is None or it.subject in subjects:
+            want.setdefault((it.subject, it.case), []).append(it.rep)
+    got = {(s.subject, s.case): s for s in res.series}
+    metric_units = {m.name: m.unit for m in req.metrics}
+    for key, reps in want.items():
+        s = got.get(key)
+        where = f"series[{key[0]}/{key[1]}]"
+        if s is None:
+            e("missing_subject", where, f"no samples for subject {key[0]!r} case {key[1]!r}")
+            continue
+        if sorted(s.reps) != sorted(reps):
+            e("wrong_sample_count", f"{where}.reps", f"{len(s.reps)} repetitions, expected {len(reps)}")
+        for name in metric_units:
+            if name not in s.samples:
+                e("missing_metric", f"{where}.samples.{name}", f"metric {name!r} missing")
+                continue
+            vals = s.samples[name]
+            if len(vals) != len(reps):
+                e("wrong_sample_count", f"{where}.samples.{name}", f"{len(vals)} samples, expected {len(reps)}")
+            bad = [v for v in vals if not isinstance(v, int | float) or not math.isfinite(v)]
+            if bad:
+                e("non_finite", f"{where}.samples.{name}", f"{len(bad)} non-finite sample(s)")
+            elif any(v <= 0 for v in vals) and metric_units[name] in UNIT_SCALE_TO_NS:
+                e("non_positive", f"{where}.samples.{name}", "a time sample is zero or negative")
+        extra = set(s.samples) - set(metric_units)
+        for name in sorted(extra):
+            e("unknown_metric", f"{where}.samples.{name}", f"metric {name!r} was not declared")
+    for key in set(got) - set(want):
+        e("unexpected_series", f"series[{key[0]}/{key[1]}]", "series for a subject/case not in the schedule")
+    return errs
+
+
+def unit_check(declared: list[Metric], reported_units: dict[str, str]) -> list[ContractError]:
+    out = []
+    for m in declared:
+        u = reported_units.get(m.name)
+        if u is not None and u != m.unit:
+            out.append(ContractError(code="wrong_unit", field=f"metrics.{m.name}.unit",
+                                     message=f"driver reports {u!r}, Target declares {m.unit!r}"))
+    return out
