@@ -260,7 +260,7 @@ def run(client: Any, spec: ContainerSpec, on_event: Callable[[str, dict[str, Any
                 break
             except Exception as exc:  # requests' ReadTimeout / ConnectionError come through here
                 name = type(exc).__name__
-                if "Timeout" in name:
+                if "Timeout" in name or "timed out" in str(exc).lower():
                     continue
                 engine_error = f"{name}: {exc}"
                 on_event("engine_error", {"error": engine_error[:300]})

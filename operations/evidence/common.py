@@ -143,7 +143,10 @@ def binding_from_args(
     if not any((target_id, gpu_name, compute_capability, driver_version)):
         return None
     return Binding(
-        target_id=target_id, gpu_name=gpu_name, compute_capability=compute_capability, driver_version=driver_version
+        target_id=target_id,
+        gpu_name=gpu_name,
+        compute_capability=compute_capability,
+        driver_version=driver_version,
     )
 
 

@@ -1,0 +1,125 @@
+"""`cko readiness|baseline|variant|experiment`: the steps of one optimisation, one at a time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from ..cliutil import Outcome, common, handled, progress_console
+from ..invocation import reap_orphans
+from ..store import Store
+from ..workflow import ops
+from ..workflow.requests import BaselineRequest, ExperimentRequest, ReadinessRequest, VariantRequest
+
+REQUEST = click.option("--request", "request", required=True, type=click.Path(path_type=Path),
+                       help="Request JSON (see `cko schema NAME-request`); paths are relative to it.")
+TARGET = click.option("--target", "target", help="Target id (the stem of its file in the store).")
+
+
+def _say(as_json: bool):  # type: ignore[no-untyped-def]
+    con = progress_console()
+    return lambda m: con.print(f"[dim]{m}[/]")
+
+
+def _kv(doc: dict, keys: list[str], title: str | None = None) -> Table:
+    t = Table(show_header=False, box=None, title=title)
+    for k in keys:
+        if k in doc and doc[k] is not None:
+            v = doc[k]
+            t.add_row(k, v["id"] if isinstance(v, dict) and "id" in v else str(v))
+    return t
+
+
+@click.command("readiness")
+@REQUEST
+@common
+@handled
+def readiness_cmd(store: Path, as_json: bool, request: Path) -> Outcome:
+    """Check the workload is measurable and freeze a Target (runs the two-sample smoke).
+
+    Not ready: the blockers with the cheapest next step, exit 1, and no Target.
+    """
+    req, base = ops.load_request(request, ReadinessRequest)
+    st = Store(store)
+    reap_orphans(st)
+    doc, code = ops.readiness(st, req, base, _say(as_json))
+    if doc.get("ready"):
+        human = _kv(doc, ["target", "snapshot", "smoke", "mode", "note"], title="ready: Target frozen")
+    else:
+        human = Table("blocker", "reason", "cheapest next step", title="not ready")
+        for b in doc["blockers"]:
+            human.add_row(b["what"], b["reason"], b["next_step"])
+    return Outcome(doc=doc, human=human, exit_code=code)
+
+
+@click.command("baseline")
+@REQUEST
+@TARGET
+@common
+@handled
+def baseline_cmd(store: Path, as_json: bool, request: Path, target: str | None) -> Outcome:
+    """Original-only samples per case, and A/A pairs that give the measurement resolution."""
+    req, _ = ops.load_request(request, BaselineRequest)
+    req = ops.with_ids(req, target=target)
+    st = Store(store)
+    reap_orphans(st)
+    doc, code = ops.baseline(st, req, _say(as_json))
+    t = Table("case", "median", "unit", "A/A resolution %", title=f"baseline {doc['baseline']['id']}")
+    for c in doc["cases"]:
+        t.add_row(c["case"], f"{c['median']:.4g}", c["unit"], f"{c['resolution_pct']:.2f}")
+    return Outcome(doc=doc, human=t, exit_code=code, extra_human=[doc["note"]])
+
+
+@click.command("variant")
+@REQUEST
+@TARGET
+@common
+@handled
+def variant_cmd(store: Path, as_json: bool, request: Path, target: str | None) -> Outcome:
+    """Register a candidate: a snapshot of the allowed paths only (others are refused by name)."""
+    req, base = ops.load_request(request, VariantRequest)
+    req = ops.with_ids(req, target=target)
+    st = Store(store)
+    doc, code = ops.variant(st, req, base)
+    return Outcome(doc=doc, human=_kv(doc, ["variant", "snapshot", "changed", "identical_to_parent", "note"]),
+                   exit_code=code)
+
+
+def experiment_table(doc: dict) -> Table:
+    t = Table("case", "pairs", "excluded", "effect %", "CI %", "Wilcoxon p", "verdict",
+              title=f"{doc['stage']} {doc['experiment']['id']}: {doc['outcome']}")
+    for c in doc["cases"]:
+        ci = (f"[{c['ci_low_pct']:+.2f}, {c['ci_high_pct']:+.2f}]" if c.get("ci_low_pct") is not None else "-")
+        t.add_row(c["case"], str(c["pairs"]), str(c["excluded"]),
+                  f"{c['effect_pct']:+.2f}" if c.get("effect_pct") is not None else "-", ci,
+                  f"{c['wilcoxon_p']:.3g}" if c.get("wilcoxon_p") is not None else "-", str(c["verdict"]))
+    return t
+
+
+@click.command("experiment")
+@REQUEST
+@TARGET
+@click.option("--variant", "variant", help="Variant id (the candidate).")
+@click.option("--stage", type=click.Choice(["screen", "target", "audit"]), help="Override the request's stage.")
+@common
+@handled
+def experiment_cmd(store: Path, as_json: bool, request: Path, target: str | None, variant: str | None,
+                   stage: str | None) -> Outcome:
+    """Run one stage of a paired comparison of a candidate against the original or the champion.
+
+    screen: few pairs, can reject or leave open, never accept. target: the formal test.
+    Exit 0 whatever the verdict; 1 when accuracy, integrity or the run failed.
+    """
+    req, _ = ops.load_request(request, ExperimentRequest)
+    req = ops.with_ids(req, target=target, variant=variant)
+    if stage:
+        req = req.model_copy(update={"stage": stage})
+    st = Store(store)
+    reap_orphans(st)
+    doc, code = ops.experiment(st, req, _say(as_json))
+    return Outcome(doc=doc, human=experiment_table(doc), exit_code=code, extra_human=doc["reasons"])
+
+
+commands = [readiness_cmd, baseline_cmd, variant_cmd, experiment_cmd]

@@ -1,0 +1,1 @@
+"""The optimisation workflow: Target, baseline, variants, paired experiments, champion, audit."""

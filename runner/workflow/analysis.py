@@ -1,0 +1,103 @@
+"""From a DriverResult to paired statistics: pairing, the pre-declared clock rule, verdicts."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from operations import stats
+from operations.protocol import DriverResult, Series
+
+from .records import CaseAnalysis, Target
+
+RAMP_FRACTION = 0.9
+RAMP_RULE = (f"pre-declared: a pair is excluded when either side's timed block started below "
+             f"{RAMP_FRACTION:.0%} of that series' median end-of-block SM clock (clocks still ramping)")
+
+
+def series_map(res: DriverResult) -> dict[tuple[str, str], Series]:
+    return {(s.subject, s.case): s for s in res.series}
+
+
+def ramping_reps(s: Series) -> set[int]:
+    ends = [c[1] for c in s.sm_mhz if len(c) == 2 and c[1]]
+    if len(ends) < 3:
+        return set()
+    settled = statistics.median(ends)
+    return {rep for rep, c in zip(s.reps, s.sm_mhz, strict=False) if c and c[0] and c[0] < RAMP_FRACTION * settled}
+
+
+def pairs_for(ref: Series, cand: Series, metric: str, exclude_ramping: bool) -> tuple[list[float], list[float], int]:
+    r = dict(zip(ref.reps, ref.samples[metric], strict=True))
+    c = dict(zip(cand.reps, cand.samples[metric], strict=True))
+    bad = (ramping_reps(ref) | ramping_reps(cand)) if exclude_ramping else set()
+    common = sorted(set(r) & set(c))
+    kept = [i for i in common if i not in bad]
+    return [r[i] for i in kept], [c[i] for i in kept], len(common) - len(kept)
+
+
+def analyse_case(target: Target, res: DriverResult, case: str, ref_id: str, cand_id: str, seed: int,
+                 sequential: stats.SequentialPlan | None = None) -> CaseAnalysis:
+    assert target.objective is not None
+    sm = series_map(res)
+    ref, cand = sm[(ref_id, case)], sm[(cand_id, case)]
+    prim = target.objective.primary
+    a, b, excluded = pairs_for(ref, cand, prim.name, target.plan.exclude_ramping)
+    primary: dict[str, Any]
+    if len(a) < 2:
+        primary = {"verdict": "inconclusive", "reason": f"only {len(a)} usable pair(s) after exclusions",
+                   "n_pairs": len(a)}
+    elif sequential is not None:
+        seq = stats.sequential_compare(a, b, plan=sequential, direction=prim.direction,
+                                       min_effect_pct=target.objective.min_effect_pct, seed=seed,
+                                       resamples=target.plan.bootstrap_resamples, keep_pairs=True, metric=prim.name)
+        last = seq.looks[-1]
+        primary = last.model_dump(mode="json") | {"verdict": seq.verdict, "sequential": {
+            "state": seq.state, "stopped_at_pairs": seq.stopped_at_pairs, "looks": seq.plan.looks,
+            "look_confidences": seq.plan.look_confidences}}
+    else:
+        primary = stats.compare(a, b, direction=prim.direction, min_effect_pct=target.objective.min_effect_pct,
+                                confidence=target.plan.confidence, seed=seed,
+                                resamples=target.plan.bootstrap_resamples, keep_pairs=True,
+                                metric=prim.name).model_dump(mode="json")
+    cons = []
+    for c in target.objective.constraints:
+        ca, cb, _ = pairs_for(ref, cand, c.metric.name, target.plan.exclude_ramping)
+        if len(ca) < 2:
+            cons.append({"metric": c.metric.name, "verdict": "inconclusive", "reason": "too few pairs"})
+            continue
+        cons.append(stats.constraint_check(ca, cb, direction=c.metric.direction, max_regression_pct=c.max_regression_pct,
+                                           confidence=target.plan.confidence, seed=seed,
+                                           resamples=target.plan.bootstrap_resamples, metric=c.metric.name
+                                           ).model_dump(mode="json"))
+    return CaseAnalysis(case=case, pairs=len(a), excluded_pairs=excluded, exclusion_rule=RAMP_RULE if
+                        target.plan.exclude_ramping else "none", primary=primary, constraints=cons)
+
+
+def combine(verdicts: list[str]) -> str:
+    """One verdict over cases: every case must be accepted to accept; any regression is a regression."""
+    if not verdicts:
+        return "inconclusive"
+    if any(v == "regressed" for v in verdicts):
+        return "regressed"
+    if all(v == "accepted" for v in verdicts):
+        return "accepted"
+    if all(v in ("below_minimum", "accepted") for v in verdicts) and "below_minimum" in verdicts:
+        return "below_minimum"
+    return "inconclusive"
+
+
+def combine_constraints(cases: list[CaseAnalysis]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for ca in cases:
+        for c in ca.constraints:
+            name = c.get("metric") or "?"
+            v = c["verdict"]
+            prev = out.get(name)
+            if prev == "violated" or v == "violated":
+                out[name] = "violated"
+            elif prev == "inconclusive" or v == "inconclusive":
+                out[name] = "inconclusive"
+            else:
+                out[name] = "ok"
+    return out

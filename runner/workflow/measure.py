@@ -1,0 +1,130 @@
+"""Host side of a measurement: schedule, mounts, the `measure` operation, its result."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from operations.protocol import DriverRequest, DriverResult, ScheduleItem, Subject
+
+from ..errors import CkoError, Exit
+from ..invocation import Plan, execute
+from ..models import Ref
+from ..sandbox import Mount
+from ..store import Store, new_id
+from .records import Snapshot, Target
+from .snapshot import materialize, remove_tree
+
+SUBJECT_ROOT = "/cko/subjects"
+
+
+def paired_schedule(case_ids: list[str], ref: str, cand: str, pairs: int, seed: int,
+                    start_rep: int = 0) -> tuple[list[ScheduleItem], list[str]]:
+    """Randomised ABBA/BAAB blocks per case (seeded); pair i = (ref rep i, cand rep i)."""
+    rng = random.Random(seed)
+    items: list[ScheduleItem] = []
+    blocks: list[str] = []
+    for case in case_ids:
+        i = start_rep
+        end = start_rep + pairs
+        while i < end:
+            order = rng.choice(("ABBA", "BAAB"))
+            blocks.append(order)
+            first, second = (ref, cand) if order == "ABBA" else (cand, ref)
+            items += [ScheduleItem(subject=first, case=case, rep=i), ScheduleItem(subject=second, case=case, rep=i)]
+            if i + 1 < end:
+                items += [ScheduleItem(subject=second, case=case, rep=i + 1),
+                          ScheduleItem(subject=first, case=case, rep=i + 1)]
+            i += 2
+    return items, blocks
+
+
+@dataclass
+class Measured:
+    invocation: Ref
+    result: DriverResult | None
+    failure: dict[str, Any] | None
+    processes: list[dict[str, Any]]
+    telemetry: dict[str, Any] | None
+    identity: Any
+    state: str
+    exit_code: int
+    reason: str | None
+
+
+def pick_gpus(target: Target) -> list[str]:
+    if not target.gpu.required:
+        return []
+    env = os.environ.get("CKO_GPUS")
+    if env:
+        return [g for g in env.split(",") if g]
+    return [str(i) for i in range(max(1, target.gpu.count))]
+
+
+def run_measurement(store: Store, target: Target, subjects: dict[str, Snapshot], schedule: list[ScheduleItem],
+                    *, mode: str, seed: int, acquisition: str, label: str, parent: dict[str, Any],
+                    warmup: int | None = None, progress: Any = None, telemetry: bool = True) -> Measured:
+    """One `measure` invocation: materialise the harness and subjects read-only, run, read back."""
+    if target.original is None or target.driver is None or target.accuracy is None or target.objective is None:
+        raise CkoError("a diagnostic target cannot be measured", exit_code=Exit.BAD_REQUEST, code="diagnostic_target",
+                       field="target")
+    scratch = store.root / "scratch" / new_id("mea")
+    mounts: list[Mount] = []
+    try:
+        harness = materialize(store, target.original, scratch / "harness")
+        mounts.append(Mount(str(harness), "/cko/harness", read_only=True))
+        by_snap: dict[str, Path] = {}
+        driver_subjects = []
+        for sid, snap in subjects.items():
+            if snap.sha256 not in by_snap:
+                by_snap[snap.sha256] = materialize(store, snap, scratch / f"s-{snap.sha256[:16]}")
+            mounts.append(Mount(str(by_snap[snap.sha256]), f"{SUBJECT_ROOT}/{sid}", read_only=True))
+            driver_subjects.append(Subject(id=sid, path=f"{SUBJECT_ROOT}/{sid}"))
+        metrics = [target.objective.primary] + [c.metric for c in target.objective.constraints]
+        req = DriverRequest(mode=mode, subjects=driver_subjects, cases=target.cases, schedule=schedule,
+                            warmup=target.plan.warmup if warmup is None else warmup, metrics=metrics,
+                            accuracy=target.accuracy, seed=seed, device=target.device,  # type: ignore[arg-type]
+                            result_path="/tmp/unused", entry=target.entry)
+        plan_doc = {"driver": {"command": target.driver.command, "cwd": "/cko/harness", "env": target.driver.env},
+                    "acquisition": acquisition, "request": req.model_dump(mode="json"),
+                    "process_timeout_s": target.process_timeout_s}
+        plan_dir = scratch / "plan"
+        plan_dir.mkdir()
+        (plan_dir / "plan.json").write_text(json.dumps(plan_doc))
+        (plan_dir / "plan.json").chmod(0o444)
+        plan_dir.chmod(0o555)
+        mounts.append(Mount(str(plan_dir / "plan.json"), "/cko/request/plan.json", read_only=True))
+        scratch.chmod(0o755)
+        inv = Plan(op="measure", image=target.image, gpus=pick_gpus(target), gpu_mode=target.gpu.mode,
+                   command=["/opt/cko/bin/python", "-I", "-m", "operations", "measure", "--plan",
+                            "/cko/request/plan.json", "--out", "/cko/out"],
+                   mounts=mounts, timeout_s=target.timeout_s, memory=target.memory, label=label,
+                   workdir="/cko/harness", parent=parent, telemetry=telemetry)
+        outcome = execute(store, inv, progress=progress, keep_outputs=True)
+        try:
+            doc = outcome.read_json("result.json") or {}
+            res = outcome.result
+            dr = None
+            if isinstance(doc.get("driver_result"), dict):
+                dr = DriverResult.model_validate(doc["driver_result"])
+            failure = doc.get("failure")
+            if failure is None and res.state != "succeeded":
+                failure = {"code": "invocation_" + res.state, "field": "invocation", "message": res.reason or res.state}
+            return Measured(invocation=Ref(id=outcome.id, sha256=_result_sha(store, outcome.id)), result=dr,
+                            failure=failure, processes=list(doc.get("processes") or []),
+                            telemetry=res.telemetry_summary, identity=res.identity, state=res.state,
+                            exit_code=res.exit_code, reason=res.reason)
+        finally:
+            outcome.close()
+    finally:
+        remove_tree(scratch)
+
+
+def _result_sha(store: Store, inv_id: str) -> str:
+    from ..canonical import sha256_file
+
+    return sha256_file(store.root / "invocations" / inv_id / "result.json")

@@ -1,0 +1,133 @@
+"""Requests agents and CI send (closed objects; paths relative to the request file)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from operations.protocol import AccuracyRule, Case, Metric
+
+from ..models import Closed
+
+
+class DriverCommand(Closed):
+    command: list[str] = Field(min_length=1, description="run inside the container, cwd = the harness")
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class Constraint(Closed):
+    metric: Metric
+    max_regression_pct: float = Field(ge=0, le=100)
+
+
+class Objective(Closed):
+    primary: Metric
+    min_effect_pct: float = Field(gt=0, le=1000, description="smallest gain worth claiming, in percent")
+    constraints: list[Constraint] = Field(default_factory=list)
+
+
+class StatsPlan(Closed):
+    confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
+    screen_pairs: int = Field(default=8, ge=3, le=1000)
+    target_pairs: int = Field(default=30, ge=5, le=10000)
+    min_pairs: int = Field(default=10, ge=3)
+    max_pairs: int = Field(default=200, ge=5, le=10000)
+    baseline_samples: int = Field(default=10, ge=2, le=10000)
+    aa_pairs: int = Field(default=12, ge=3, le=10000)
+    warmup: int = Field(default=3, ge=0, le=1000)
+    acquisition: Literal["isolated", "same_process"] = "isolated"
+    bootstrap_resamples: int = Field(default=4000, ge=200, le=100000)
+    exclude_ramping: bool = Field(default=True, description="pre-declared: drop pairs whose timed block started "
+                                  "below 90% of the series' settled SM clock; counted and reported")
+
+    @model_validator(mode="after")
+    def _order(self) -> StatsPlan:
+        if self.min_pairs > self.max_pairs:
+            raise ValueError("min_pairs must not exceed max_pairs")
+        return self
+
+
+class GpuRequirement(Closed):
+    required: bool = False
+    count: int = Field(default=0, ge=0, le=64)
+    mode: Literal["nvidia", "cdi", "devices"] | None = None
+
+
+class ReadinessRequest(Closed):
+    """`cko readiness`: freeze a Target after a two-sample smoke."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    mode: Literal["optimization", "diagnostic"] = "optimization"
+    workload: str = Field(default=".", description="the original's directory (relative to this file)")
+    entry: str = Field(default="kernel.py", description="the subject file the driver loads")
+    allowed_paths: list[str] = Field(default_factory=list, description="files a variant may change")
+    exclude: list[str] = Field(default_factory=list, description="paths left out of the snapshot")
+    driver: DriverCommand | None = None
+    image: Literal["cpu", "cuda"] = "cpu"
+    device: Literal["cpu", "cuda"] = "cpu"
+    gpu: GpuRequirement = GpuRequirement()
+    cases: list[Case] = Field(default_factory=list)
+    objective: Objective | None = None
+    accuracy: AccuracyRule | None = None
+    plan: StatsPlan = StatsPlan()
+    timeout_s: float = Field(default=900.0, gt=0, le=86400)
+    process_timeout_s: float = Field(default=300.0, gt=0, le=86400)
+    memory: str = "8g"
+    reports: list[str] = Field(default_factory=list, description="diagnostic mode: existing reports to bind")
+
+    @model_validator(mode="after")
+    def _mode(self) -> ReadinessRequest:
+        if self.mode == "optimization":
+            missing = [n for n in ("driver", "objective", "accuracy") if getattr(self, n) is None]
+            if missing:
+                raise ValueError(f"an optimization target needs {', '.join(missing)}")
+            if not self.cases:
+                raise ValueError("an optimization target needs at least one case")
+            if not self.allowed_paths:
+                raise ValueError("an optimization target needs allowed_paths (what a variant may change)")
+            ids = [c.id for c in self.cases]
+            if len(set(ids)) != len(ids):
+                raise ValueError("case ids must be unique")
+        elif not self.reports:
+            raise ValueError("a diagnostic target binds existing reports: give reports")
+        if self.gpu.required and self.device != "cuda":
+            raise ValueError("gpu.required needs device cuda")
+        if self.device == "cuda" and not self.gpu.required:
+            raise ValueError("device cuda needs gpu.required true")
+        return self
+
+
+class BaselineRequest(Closed):
+    target: str | None = None
+    samples_per_case: int | None = Field(default=None, ge=2, le=10000)
+    aa_pairs: int | None = Field(default=None, ge=3, le=10000)
+    seed: int = Field(default=0, ge=0)
+
+
+class VariantRequest(Closed):
+    target: str | None = None
+    parent: Literal["original", "champion"] = "original"
+    path: str = Field(description="directory whose files replace the parent's (relative to this file)")
+    claim: str = Field(min_length=1, max_length=300)
+
+
+class Gate(Closed):
+    """An extra accuracy gate, tighter than the Target's rule."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,40}$")
+    rel_l2: float = Field(gt=0)
+    max_abs: float | None = Field(default=None, gt=0)
+
+
+class ExperimentRequest(Closed):
+    target: str | None = None
+    variant: str | None = None
+    reference: Literal["original", "champion"] = "original"
+    stage: Literal["screen", "target", "audit"]
+    pairs: int | None = Field(default=None, ge=3, le=10000)
+    seed: int = Field(default=0, ge=0)
+    acquisition: Literal["isolated", "same_process"] | None = None
+    claims: list[str] = Field(default_factory=list, description="pre-declared claims, recorded verbatim")
+    gates: list[Gate] = Field(default_factory=list)
+    sequential: bool = Field(default=False, description="target stage: stop early at pre-planned looks")

@@ -1,0 +1,105 @@
+"""Content snapshots of a workload directory: a manifest of (path, sha256, mode) in objects/."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+from ..canonical import canonical_bytes, sha256_bytes
+from ..errors import bad_request
+from ..models import ObjectRef
+from ..store import Store
+from .records import Snapshot
+
+SKIP_DIRS = {"__pycache__", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache", "build", "cko-store"}
+MAX_FILES = 5000
+MAX_BYTES = 512 << 20
+
+
+def _excluded(rel: str, exclude: list[str]) -> bool:
+    return any(rel == e or rel.startswith(e.rstrip("/") + "/") or fnmatch.fnmatch(rel, e) for e in exclude)
+
+
+def scan(root: Path, exclude: list[str], field: str = "workload") -> list[tuple[str, Path, int]]:
+    """(relative path, absolute path, mode) of every regular file; symlinks are refused by name."""
+    if not root.is_dir():
+        raise bad_request(f"{field}: {root} is not a directory", field=field)
+    out = []
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+        for name in sorted(filenames + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]):
+            p = Path(dirpath) / name
+            rel = p.relative_to(root).as_posix()
+            if _excluded(rel, exclude) or name.endswith(".pyc"):
+                continue
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                raise bad_request(f"{field}: {rel} is a symbolic link; snapshots hold regular files only", field=field)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            total += st.st_size
+            out.append((rel, p, 0o755 if st.st_mode & 0o111 else 0o644))
+            if len(out) > MAX_FILES or total > MAX_BYTES:
+                raise bad_request(f"{field}: more than {MAX_FILES} files or {MAX_BYTES >> 20} MiB", field=field)
+        dirnames[:] = [d for d in dirnames if not (Path(dirpath) / d).is_symlink() and not
+                       _excluded((Path(dirpath) / d).relative_to(root).as_posix(), exclude)]
+    return out
+
+
+def manifest_of(store: Store, files: list[tuple[str, Path, int]]) -> dict[str, Any]:
+    entries = []
+    for rel, path, mode in files:
+        ref = store.put_file(path)
+        entries.append({"path": rel, "sha256": ref["sha256"], "size": ref["size"], "mode": mode})
+    return {"kind": "cko/snapshot-v1", "files": entries}
+
+
+def commit(store: Store, manifest: dict[str, Any]) -> Snapshot:
+    data = canonical_bytes(manifest)
+    ref = store.put_bytes(data)
+    return Snapshot(sha256=sha256_bytes(data), manifest=ObjectRef(sha256=ref["sha256"], size=ref["size"],
+                                                                   name="snapshot.json"),
+                    files=len(manifest["files"]), bytes=sum(f["size"] for f in manifest["files"]))
+
+
+def take(store: Store, root: Path, exclude: list[str]) -> Snapshot:
+    return commit(store, manifest_of(store, scan(root, exclude)))
+
+
+def load_manifest(store: Store, snap: Snapshot) -> dict[str, Any]:
+    data = store.read_object(snap.manifest.sha256)
+    if sha256_bytes(data) != snap.sha256:
+        raise ValueError("snapshot manifest altered")
+    return dict(json.loads(data))
+
+
+def materialize(store: Store, snap: Snapshot, dest: Path) -> Path:
+    """Write the snapshot's files (verified against their hashes) into dest, read-only."""
+    manifest = load_manifest(store, snap)
+    dest.mkdir(parents=True, exist_ok=False)
+    for f in manifest["files"]:
+        p = dest / f["path"]
+        if ".." in Path(f["path"]).parts or Path(f["path"]).is_absolute():
+            raise ValueError(f"bad path in snapshot: {f['path']}")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(store.read_object(f["sha256"]))
+        p.chmod(0o555 if f["mode"] & 0o111 else 0o444)
+    for d in sorted({p for p in dest.rglob("*") if p.is_dir()}, reverse=True):
+        d.chmod(0o555)
+    dest.chmod(0o555)
+    return dest
+
+
+def remove_tree(path: Path) -> None:
+    if not path.exists():
+        return
+    for d in [path, *path.rglob("*")]:
+        if d.is_dir() and not d.is_symlink():
+            d.chmod(0o755)
+    shutil.rmtree(path, ignore_errors=True)
