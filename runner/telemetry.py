@@ -34,6 +34,12 @@ def _cpu_times() -> tuple[float, float]:
     return sum(parts), idle
 
 
+def _self_cpu_ns() -> float:
+    """CPU time of this controller process (all threads): ours, not foreign load."""
+    t = os.times()
+    return (t.user + t.system + t.children_user + t.children_system) * 1e9
+
+
 def _container_cpu_ns(short_id: str | None) -> float | None:
     if not short_id:
         return None
@@ -126,20 +132,23 @@ class Sampler:
         ncpu = os.cpu_count() or 1
         prev = _cpu_times()
         prev_c = _container_cpu_ns(self.container_id)
+        prev_s = _self_cpu_ns()
         prev_t = time.monotonic()
         while not self._stop.wait(self.interval):
             cur = _cpu_times()
             cur_c = _container_cpu_ns(self.container_id)
+            cur_s = _self_cpu_ns()
             now = time.monotonic()
             dt_total = cur[0] - prev[0]
             busy_cores = ncpu * (1.0 - (cur[1] - prev[1]) / dt_total) if dt_total > 0 else 0.0
-            ours = ((cur_c - prev_c) / 1e9 / (now - prev_t)) if (cur_c is not None and prev_c is not None) else None
+            ours = ((cur_c - prev_c + cur_s - prev_s) / 1e9 / (now - prev_t)
+                    if (cur_c is not None and prev_c is not None) else None)
             foreign = max(0.0, busy_cores - (ours or 0.0)) if ours is not None else None
             self.samples.append({"t": round(time.time(), 3), "busy_cores": round(busy_cores, 3),
                                  "ours_cores": None if ours is None else round(ours, 3),
                                  "foreign_cores": None if foreign is None else round(foreign, 3),
                                  "loadavg1": os.getloadavg()[0]})
-            prev, prev_c, prev_t = cur, cur_c, now
+            prev, prev_c, prev_s, prev_t = cur, cur_c, cur_s, now
 
 
 def summarize(samples: list[dict[str, Any]], gpu: bool, error: str | None) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """PyTorch Profiler Chrome trace (`prof.export_chrome_trace(path)`) to facts.
 
-* The whole file is decoded once (pydantic-core's JSON decoder, the stdlib's where that is
-  missing), then one tight loop over `traceEvents` sorts complete events ("ph": "X") by
+* The whole file is decoded once (pydantic-core's JSON decoder: a streaming decoder in pure
+  Python would be several times slower than one C/Rust pass), then one tight loop over `traceEvents` sorts complete events ("ph": "X") by
   category: CPU ops and user annotations, CUDA runtime and driver calls, kernels, memcpys and
   memsets. Durations become ns (the trace's unit is us).
 * Correlation: a GPU event's `args.correlation` names the runtime/driver call that launched it
@@ -19,16 +19,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
-from .common import Binding, Facts, FactSet, Refusal, ReportIdentity, identity_mismatches, open_report
+from pydantic_core import from_json  # faster than the stdlib's decoder (measured ~1.7x); same result
 
-try:  # pydantic-core's decoder is a few times faster than the stdlib's; same result
-    from pydantic_core import from_json as _from_json
-except ImportError:  # pragma: no cover - pydantic v2 always ships it
-    _from_json = None
+from .common import Binding, Facts, FactSet, Refusal, ReportIdentity, identity_mismatches, open_report
 
 PARSER = "operations.evidence.torch_trace"
 PARSER_VERSION = "1"
@@ -112,10 +108,6 @@ def _cuda_version(v: Any) -> str | None:
     return None
 
 
-def _num(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
 def load_trace(path: str | Path) -> dict[str, Any]:
     """Decode a trace file and check it is a PyTorch Profiler trace of a known schema."""
     p = Path(path)
@@ -126,7 +118,7 @@ def load_trace(path: str | Path) -> dict[str, Any]:
     if len(data) > MAX_BYTES:
         raise Refusal("too_large", f"{p} is {len(data)} bytes; at most {MAX_BYTES} are read", field="report")
     try:
-        doc = _from_json(data) if _from_json is not None else json.loads(data)
+        doc = from_json(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise Refusal("not_json", f"{p.name} is not JSON ({str(exc)[:200]})", field="report") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
@@ -191,9 +183,9 @@ def scan_events(doc: dict[str, Any]) -> dict[str, Any]:
         dur = e.get("dur")
         if type(name) is not str:
             raise _missing(i, "name")
-        if not _num(ts):
+        if isinstance(ts, bool) or not isinstance(ts, int | float):
             raise _missing(i, "ts")
-        if not _num(dur):
+        if isinstance(dur, bool) or not isinstance(dur, int | float):
             raise _missing(i, "dur")
         if dur < 0:
             raise Refusal("bad_value", f"traceEvents[{i}] has a negative dur", field=f"traceEvents[{i}].dur")
