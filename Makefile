@@ -32,7 +32,7 @@ typecheck: venv
 	$(VENV)/bin/mypy
 
 test: images lint typecheck
-	$(VENV)/bin/pytest -q -m "not gpu"
+	CKO_REQUIRE_DOCKER=1 $(VENV)/bin/pytest -q
 
 # On a machine with an NVIDIA GPU (the lent H200): see tests/gpu/README.md.
 gpu-test: images

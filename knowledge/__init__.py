@@ -24,7 +24,6 @@ from .query import (
     query,
 )
 
-
 __all__ = [
     "TOPICS",
     "Answer",

@@ -67,19 +67,30 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that refuses a mapping with a repeated key (a silently lost field otherwise)."""
 
 
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+def _construct_mapping(
+    loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False
+) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
         if key in seen:
             raise yaml.constructor.ConstructorError(
-                "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+                "while constructing a mapping",
+                node.start_mark,
+                f"found duplicate key {key!r}",
+                key_node.start_mark,
             )
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
 
+def _construct_timestamp_as_text(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> str:
+    # Dates stay text here; the card model parses them (and reports an impossible date as a field error).
+    return str(loader.construct_scalar(node))  # type: ignore[no-untyped-call]
+
+
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:timestamp", _construct_timestamp_as_text)
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -103,7 +114,7 @@ def read_cards(directory: Path | None = None) -> tuple[list[tuple[str, Card]], l
         except (OSError, UnicodeDecodeError) as exc:
             problems.append(Problem(file=name, message=f"cannot read: {exc}"))
             continue
-        except yaml.YAMLError as exc:
+        except (yaml.YAMLError, ValueError, TypeError) as exc:
             problems.append(Problem(file=name, message=f"not valid YAML: {exc}".replace("\n", " ")))
             continue
         if not isinstance(data, list):
@@ -120,7 +131,9 @@ def read_cards(directory: Path | None = None) -> tuple[list[tuple[str, Card]], l
             except ValidationError as exc:
                 for err in exc.errors():
                     problems.append(
-                        Problem(file=name, card=label, field=_loc(tuple(err.get("loc", ()))), message=err["msg"])
+                        Problem(
+                            file=name, card=label, field=_loc(tuple(err.get("loc", ()))), message=err["msg"]
+                        )
                     )
     return cards, problems
 
@@ -139,7 +152,11 @@ def _duplicate_problems(cards: list[tuple[str, Card]]) -> list[Problem]:
     out = []
     for name, card in cards:
         if card.id in first:
-            out.append(Problem(file=name, card=card.id, field="id", message=f"duplicate id (also in {first[card.id]})"))
+            out.append(
+                Problem(
+                    file=name, card=card.id, field="id", message=f"duplicate id (also in {first[card.id]})"
+                )
+            )
         else:
             first[card.id] = name
     return out
@@ -218,7 +235,11 @@ def lint(
                     file=name,
                     card=card.id,
                     field="sources",
-                    message="a contract card needs a primary source (one of: " + ", ".join(PRIMARY_HOSTS) + ")",
+                    message="a contract card needs a primary source (one of: "
+                    + ", ".join(PRIMARY_HOSTS)
+                    + ")",
                 )
             )
-    return LintReport(cards=len(cards), contracts=sum(1 for _, c in cards if c.kind == "contract"), problems=problems)
+    return LintReport(
+        cards=len(cards), contracts=sum(1 for _, c in cards if c.kind == "contract"), problems=problems
+    )

@@ -64,8 +64,12 @@ class Conditions(_Closed):
         "(exactly 9.0, architecture-specific target), 'sm_100f' (10.x with minor >= 0).",
         min_length=1,
     )
-    min_arch: str | None = Field(default=None, description="Lowest compute capability, e.g. 'sm_80' (no suffix).")
-    max_arch: str | None = Field(default=None, description="Highest compute capability, e.g. 'sm_90' (no suffix).")
+    min_arch: str | None = Field(
+        default=None, description="Lowest compute capability, e.g. 'sm_80' (no suffix)."
+    )
+    max_arch: str | None = Field(
+        default=None, description="Highest compute capability, e.g. 'sm_90' (no suffix)."
+    )
     min_driver: str | None = Field(default=None, description="Lowest NVIDIA driver version, e.g. '570.26'.")
     cuda: str | None = Field(default=None, description="CUDA toolkit version specifier, e.g. '>=12.8'.")
     libs: dict[str, str] = Field(
@@ -166,7 +170,9 @@ class Check(_Closed):
     """How to see for yourself whether the card's statement holds, or whether a path is taken."""
 
     how: str = Field(min_length=10, description="What to look at and what it shows.")
-    sass: list[str] = Field(default_factory=list, description="SASS opcodes that prove the path (cuobjdump -sass).")
+    sass: list[str] = Field(
+        default_factory=list, description="SASS opcodes that prove the path (cuobjdump -sass)."
+    )
     ncu_metrics: list[str] = Field(default_factory=list, description="Nsight Compute metrics that show it.")
     commands: list[str] = Field(default_factory=list, description="Commands or API calls that show it.")
 
@@ -177,11 +183,15 @@ class Card(_Closed):
     id: str = Field(pattern=r"^[a-z0-9]+(?:-[a-z0-9]+)*$", max_length=80, description="Stable kebab-case id.")
     title: str = Field(min_length=3, max_length=120)
     statement: str = Field(min_length=10, max_length=700, description="The fact or direction, short.")
-    kind: Kind = Field(description="contract: documented in a primary source; heuristic: a direction worth trying.")
+    kind: Kind = Field(
+        description="contract: documented in a primary source; heuristic: a direction worth trying."
+    )
     applies_when: Conditions = Field(default_factory=Conditions)
     topics: list[Topic] = Field(min_length=1)
     sources: list[Source] = Field(min_length=1)
-    last_reviewed: dt.date = Field(description="When the card was last checked against its sources (YYYY-MM-DD).")
+    last_reviewed: dt.date = Field(
+        description="When the card was last checked against its sources (YYYY-MM-DD)."
+    )
     check: Check
     stale_ok: str | None = Field(
         default=None, min_length=5, description="Why the card may stay past its review age (lint accepts it)."

@@ -72,6 +72,7 @@ class Result:
     classification: Classification
     reason: str
     conditions: list[Condition]
+    outside_topics: bool = False  # the card has none of the requested topics
 
     def to_json(self) -> dict[str, Any]:
         c = self.card
@@ -99,7 +100,9 @@ def _check_version(value: str, what: str) -> str:
     try:
         parse_version(value)
     except VersionError:
-        raise IdentityError(f"{what}: {value!r} is not a version (expected e.g. 2.11.0)", field=what) from None
+        raise IdentityError(
+            f"{what}: {value!r} is not a version (expected e.g. 2.11.0)", field=what
+        ) from None
     return value.strip()
 
 
@@ -151,7 +154,12 @@ def make_identity(
         out_libs[name.lower()] = _check_version(version, "--lib")
         origin[f"libs.{name.lower()}"] = "--lib"
     return Identity(
-        arch=out_arch, driver=out_driver, cuda=out_cuda, cuda_driver=base.cuda_driver, libs=out_libs, origin=origin
+        arch=out_arch,
+        driver=out_driver,
+        cuda=out_cuda,
+        cuda_driver=base.cuda_driver,
+        libs=out_libs,
+        origin=origin,
     )
 
 
@@ -181,7 +189,8 @@ def identity_from_target_doc(doc: Any) -> Identity:
                 arch = from_compute_capability(str(cc))
             except ArchError as exc:
                 raise IdentityError(
-                    f"identity.devices[0].compute_capability: {exc}", field="identity.devices[0].compute_capability"
+                    f"identity.devices[0].compute_capability: {exc}",
+                    field="identity.devices[0].compute_capability",
                 ) from None
             origin["arch"] = "identity.devices[0].compute_capability"
     driver = ident.get("driver_version")
@@ -250,7 +259,9 @@ def check_topics(topics: list[str] | tuple[str, ...] | None) -> list[str]:
     for t in topics or ():
         t = t.strip().lower()
         if t not in TOPICS:
-            raise IdentityError(f"--topic {t!r}: unknown topic (one of: {', '.join(TOPICS)})", field="--topic")
+            raise IdentityError(
+                f"--topic {t!r}: unknown topic (one of: {', '.join(TOPICS)})", field="--topic"
+            )
         out.append(t)
     return out
 
@@ -269,7 +280,9 @@ def _version_condition(name: str, have: str | None, spec_text: str) -> Condition
         return Condition(name, "unknown", f"{name} version {have!r} is not comparable; card needs {spec}")
     ok = spec.contains(v)
     if ok is None:
-        return Condition(name, "unknown", f"{name} {have} is a pre-release; cannot tell whether it meets {spec}")
+        return Condition(
+            name, "unknown", f"{name} {have} is a pre-release; cannot tell whether it meets {spec}"
+        )
     if ok:
         return Condition(name, "pass", f"{name} {have} in {spec}")
     return Condition(name, "fail", f"{name} {have} not in {spec}")
@@ -323,11 +336,14 @@ def evaluate(card: Card, identity: Identity) -> list[Condition]:
 def classify(card: Card, identity: Identity, topics: list[str] | None = None) -> Result:
     conditions = evaluate(card, identity)
     fails = [c.detail for c in conditions if c.status == "fail"]
-    if topics and not set(topics) & set(card.topics):
-        fails.append(f"topic: card topics [{', '.join(card.topics)}] include none of [{', '.join(topics)}]")
+    outside = bool(topics) and not set(topics or ()) & set(card.topics)
+    if outside:
+        fails.append(
+            f"topic: card topics [{', '.join(card.topics)}] include none of [{', '.join(topics or ())}]"
+        )
     unknown = [c.detail for c in conditions if c.status == "unknown"]
     if fails:
-        return Result(card, "does_not_apply", "; ".join(fails), conditions)
+        return Result(card, "does_not_apply", "; ".join(fails), conditions, outside_topics=outside)
     if unknown:
         return Result(card, "related", "; ".join(unknown), conditions)
     if conditions:
@@ -361,7 +377,9 @@ class Answer:
     def message(self) -> str:
         c = self.counts()
         if self.nothing_matched:
-            return f"nothing matched: no card applies or relates to this identity ({c['total']} cards checked)"
+            return (
+                f"nothing matched: no card applies or relates to this identity ({c['total']} cards checked)"
+            )
         return f"{c['applies']} apply, {c['related']} related, {c['does_not_apply']} do not apply ({c['total']} cards)"
 
     def to_json(self) -> dict[str, Any]:

@@ -179,7 +179,9 @@ def parse_spec(text: str) -> Spec:
     for part in text.split(","):
         m = _CLAUSE_RE.match(part)
         if not m:
-            raise VersionError(f"bad clause {part.strip()!r} in {text!r} (expected e.g. '>=2.2' or '==2.5.*')")
+            raise VersionError(
+                f"bad clause {part.strip()!r} in {text!r} (expected e.g. '>=2.2' or '==2.5.*')"
+            )
         op, ver = m.group("op"), m.group("ver")
         wildcard = False
         if ver.endswith(".*"):

@@ -110,7 +110,7 @@ def _norm(text: str | None) -> str | None:
     return re.sub(r"\s+", " ", text).strip().lower()
 
 
-def _norm_cc(text: str | None) -> str | None:
+def norm_cc(text: str | None) -> str | None:
     if text is None:
         return None
     t = text.strip().lower().removeprefix("sm_").removeprefix("compute_").rstrip("a")
@@ -128,7 +128,7 @@ def identity_mismatches(bound: Binding | None, seen: ReportIdentity) -> list[Ide
     out: list[IdentityMismatch] = []
     pairs = (
         ("gpu_name", bound.gpu_name, seen.gpu_name, _norm),
-        ("compute_capability", bound.compute_capability, seen.compute_capability, _norm_cc),
+        ("compute_capability", bound.compute_capability, seen.compute_capability, norm_cc),
         ("driver_version", bound.driver_version, seen.driver_version, _norm),
     )
     for name, b, s, norm in pairs:

@@ -10,9 +10,12 @@ What it does, and what it refuses:
   have, the metrics that become named facts, and the unit vocabulary. A missing identity column
   is `missing_column`; a unit outside the vocabulary is `unknown_unit`; every other column is
   kept, unit-normalised, under `unmodeled`.
-* Units are normalised: time to ns, sizes to bytes (ncu's Kbyte/Mbyte/... are SI: 1 Kbyte =
-  1000 byte, checked against `--print-units base` output of the same report), rates to per
-  second (byte/s, sector/s, hz), percent stays percent. Counts (cycle, inst, warp...) stay.
+* Units are normalised: time to ns, sizes to bytes, rates to per second (byte/s, sector/s, hz),
+  percent stays percent; counts (cycle, inst, warp...) stay. The factors were calibrated on one
+  report printed twice (auto units and `--print-units base`, tests/fixtures/ncu): ncu's
+  Kbyte/Mbyte/... are SI (1 Kbyte = 1000 byte), and a size prefix scales the printed value
+  wherever it stands ("%/Kbyte" x 1000 = "%/byte"), while a time in a denominator converts
+  ("sector/ns" x 1e9 = "sector/s").
 * The lines ncu and the program print before the CSV (`==PROF==`, `==WARNING==`, program
   output) are skipped; ncu's own lines are kept as `tool_messages`, program lines only counted.
 * `ERR_NVGPUCTRPERM` anywhere in ncu's messages makes the fact set carry
@@ -97,16 +100,20 @@ UNITS_2025 = UnitVocabulary(
 
 
 def _term(vocab: UnitVocabulary, token: str, denominator: bool) -> tuple[float, str] | None:
+    """(factor the value is multiplied by, canonical token) for one token of a unit."""
     if token in vocab.counts:
         return 1.0, token
     if token in vocab.size:
+        # Numerator or denominator alike: ncu's auto-scaled "%/Kbyte" is the base "%/byte" value
+        # divided by 1000 (its `--print-units base` output of the same report says so), i.e. the
+        # prefix scales the displayed value, not the denominator.
         return vocab.size[token], "byte"
     if token in vocab.frequency:
         return vocab.frequency[token], "hz"
     if token in vocab.time:
         ns = vocab.time[token]
         if denominator:
-            return ns / 1e9, "s"  # x per <token> -> x per second: divide by seconds per token
+            return 1e9 / ns, "s"  # x per <token> -> x per second (sector/ns -> sector/s: x 1e9)
         return ns, "ns"
     return None
 
@@ -126,7 +133,7 @@ def normalise_unit(vocab: UnitVocabulary, unit: str) -> tuple[float, str] | None
         t = _term(vocab, p, denominator=True)
         if t is None:
             return None
-        factor /= t[0]
+        factor *= t[0]
         canon += "/" + t[1]
     return factor, canon
 
@@ -467,6 +474,8 @@ class _Reader:
                     f"line {self.line_no} is longer than {LINE_LIMIT} characters",
                     field="report",
                 )
+            if "\x00" in line:
+                raise Refusal("not_text", f"line {self.line_no} holds a NUL byte: not ncu's text output", field="report")
             yield line
 
     def note(self, line: str) -> None:
@@ -503,7 +512,7 @@ def _find_header(reader: _Reader, lines: Iterator[str]) -> tuple[list[str], int]
                     f"line {reader.line_no}: the header is not comma-separated CSV ({exc})",
                     field="report",
                 ) from None
-            if row and row[0] == "ID" and "Kernel Name" in row:
+            if len(row) >= 4 and row[0] == "ID":  # the identity columns are then checked by name
                 return row, program_lines
         if line.strip():
             program_lines += 1

@@ -12,6 +12,7 @@ from rich.text import Text
 
 import knowledge as kb
 from knowledge import TOPICS, Answer, CardSetError, IdentityError, LintReport
+from knowledge.loader import DEFAULT_MAX_AGE_DAYS
 
 from ..cliutil import Outcome, common, handled
 from ..errors import CkoError, Exit, bad_request
@@ -60,7 +61,7 @@ def _render_answer(answer: Answer) -> Group:
         table.add_column("kind", no_wrap=True)
         table.add_column("card", ratio=2)
         table.add_column("statement", ratio=5)
-        table.add_column("check / source", ratio=3)
+        table.add_column("check / source", ratio=3, overflow="fold")
         for r in shown:
             c = r.card
             check = c.check.how
@@ -77,24 +78,45 @@ def _render_answer(answer: Answer) -> Group:
                 Text(check + "\n" + src),
             )
         items.append(table)
-    rest = [r for r in answer.results if r.classification == "does_not_apply"]
+    rest = [r for r in answer.results if r.classification == "does_not_apply" and not r.outside_topics]
+    hidden = sum(1 for r in answer.results if r.outside_topics)
     if rest:
         table = Table(title="does not apply", expand=True)
         table.add_column("card", ratio=2)
-        table.add_column("failing condition", ratio=5)
+        table.add_column("failing condition", ratio=5, overflow="fold")
         for r in rest:
-            table.add_row(r.card.id, r.reason)
+            table.add_row(Text(r.card.id), Text(r.reason))
         items.append(table)
+    if hidden:
+        items.append(
+            Text(
+                f"{hidden} card(s) outside the topic filter not shown (--json lists every card)", style="dim"
+            )
+        )
     return Group(*items)
 
 
 @knowledge.command("query")
-@click.option("--arch", help="GPU architecture: sm_80, sm_89, sm_90, sm_90a, sm_100 ... or a compute capability (9.0).")
+@click.option(
+    "--arch", help="GPU architecture: sm_80, sm_89, sm_90, sm_90a, sm_100 ... or a compute capability (9.0)."
+)
 @click.option("--driver", help="NVIDIA driver version, e.g. 580.159.04.")
 @click.option("--cuda", help="CUDA toolkit version in use, e.g. 13.0.")
 @click.option("--lib", "libs", multiple=True, help="NAME=VER, e.g. torch=2.11.0 (repeatable).")
-@click.option("--topic", "topics", multiple=True, help="Only cards with this topic (repeatable): " + ", ".join(TOPICS))
-@click.option("--from-target", "from_target", help="Take the identity frozen in <store>/targets/ID.json; options override it.")
+@click.option(
+    "--topic", "topics", multiple=True, help="Only cards with this topic (repeatable): " + ", ".join(TOPICS)
+)
+@click.option(
+    "--from-target",
+    "from_target",
+    help="Take the identity frozen in <store>/targets/ID.json; options override it.",
+)
+@click.option(
+    "--cards-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Card directory to query (default: the bundled cards).",
+)
 @common
 @handled
 def query_cmd(
@@ -106,6 +128,7 @@ def query_cmd(
     libs: tuple[str, ...],
     topics: tuple[str, ...],
     from_target: str | None,
+    cards_dir: Path | None,
 ) -> Outcome:
     """Classify every card as applies, related or does_not_apply for an identity.
 
@@ -117,7 +140,7 @@ def query_cmd(
         identity = kb.make_identity(
             arch=arch, driver=driver, cuda=cuda, libs=kb.parse_lib_options(libs), base=base
         )
-        answer = kb.query(identity, list(topics))
+        answer = kb.query(identity, list(topics), cards_dir=cards_dir)
     except IdentityError as err:
         raise bad_request(err.message, field=err.field) from None
     except CardSetError as err:
@@ -142,7 +165,7 @@ def _render_lint(report: LintReport, directory: Path) -> Group:
     table.add_column("field")
     table.add_column("problem", ratio=4)
     for p in report.problems:
-        table.add_row(p.file, p.card or "", p.field or "", p.message)
+        table.add_row(Text(p.file), Text(p.card or ""), Text(p.field or ""), Text(p.message))
     return Group(head, table)
 
 
@@ -153,7 +176,13 @@ def _render_lint(report: LintReport, directory: Path) -> Group:
     default=None,
     help="Card directory to check (default: the bundled cards).",
 )
-@click.option("--max-age-days", type=click.IntRange(min=1), default=kb.loader.DEFAULT_MAX_AGE_DAYS, show_default=True)
+@click.option(
+    "--max-age-days",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_AGE_DAYS,
+    show_default=True,
+    help="A card reviewed longer ago needs 'stale_ok: <reason>'.",
+)
 @common
 @handled
 def lint_cmd(store: Path, as_json: bool, cards_dir: Path | None, max_age_days: int) -> Outcome:
@@ -162,7 +191,9 @@ def lint_cmd(store: Path, as_json: bool, cards_dir: Path | None, max_age_days: i
     report = kb.lint(directory, max_age_days=max_age_days)
     doc = report.to_json()
     doc["cards_dir"] = str(directory)
-    return Outcome(doc=doc, human=_render_lint(report, directory), exit_code=Exit.DONE if report.ok else Exit.FAILED)
+    return Outcome(
+        doc=doc, human=_render_lint(report, directory), exit_code=Exit.DONE if report.ok else Exit.FAILED
+    )
 
 
 commands = [knowledge]
