@@ -141,12 +141,12 @@ def test_policy_refusals_are_recorded_exit_3(store: Path, tmp_path: Path) -> Non
     other = tmp_path / "other"
     other.mkdir()
     pol = tmp_path / "policy.yaml"
-    pol.write_text(f"mount_roots: [{allowed}]\nmax_timeout_s: 60\nmax_memory: 1g\n")
+    pol.write_text(f"mount_roots: [{allowed}]\nmax_timeout_s: 60\nmax_memory: 8g\n")
     r = run_cko("exec", "--json", "--timeout", "30", "--policy", str(pol), "--mount", f"{other}:/data", "--", "true", store=store)
     assert r.code == 3 and r.json["field"] == "mount_roots"
     r = run_cko("exec", "--json", "--policy", str(pol), "--timeout", "3600", "--", "true", store=store)
     assert r.code == 3 and r.json["field"] == "max_timeout_s"
-    r = run_cko("exec", "--json", "--timeout", "30", "--policy", str(pol), "--memory", "8g", "--", "true", store=store)
+    r = run_cko("exec", "--json", "--timeout", "30", "--policy", str(pol), "--memory", "16g", "--", "true", store=store)
     assert r.code == 3 and r.json["field"] == "max_memory"
     # a symlink inside the allowed root that escapes it is resolved and refused
     (allowed / "escape").symlink_to(other)
