@@ -97,15 +97,29 @@ def main(argv: list[str]) -> int:
         d = Path(tmp) / "details.csv"
         n = big_ncu(FIX / "ncu" / "kernels_details_full.csv", d, a.ncu_mb, units_row=False)
         f, s = timed(lambda: parse_ncu_csv(d, version_text=VERSION))
-        rows_out.append(("ncu details page", f"{d.stat().st_size / 1e6:.0f} MB, {n} rows, {len(f.launches)} launches",
-                         f"{s:.2f} s", f"{n / s:,.0f} rows/s", ">= 100,000 rows/s"))
+        rows_out.append(
+            (
+                "ncu details page",
+                f"{d.stat().st_size / 1e6:.0f} MB, {n} rows, {len(f.launches)} launches",
+                f"{s:.2f} s",
+                f"{n / s:,.0f} rows/s",
+                ">= 100,000 rows/s",
+            )
+        )
         d.unlink()
         r = Path(tmp) / "raw.csv"
         n = big_ncu(FIX / "ncu" / "kernels_raw_full.csv", r, a.ncu_mb, units_row=True)
         f, s = timed(lambda: parse_ncu_csv(r, version_text=VERSION))
         cols = len(f.units)
-        rows_out.append(("ncu raw page (full set)", f"{r.stat().st_size / 1e6:.0f} MB, {n} rows x {cols} metrics",
-                         f"{s:.2f} s", f"{n / s:,.0f} rows/s ({n * cols / s / 1e6:.1f} M values/s)", "-"))
+        rows_out.append(
+            (
+                "ncu raw page (full set)",
+                f"{r.stat().st_size / 1e6:.0f} MB, {n} rows x {cols} metrics",
+                f"{s:.2f} s",
+                f"{n / s:,.0f} rows/s ({n * cols / s / 1e6:.1f} M values/s)",
+                "-",
+            )
+        )
         r.unlink()
         t = Path(tmp) / "trace.json"
         n = big_trace(t, a.trace_events)
@@ -113,8 +127,15 @@ def main(argv: list[str]) -> int:
         data = t.read_bytes()
         doc, s_dec = timed(lambda: torch_trace.from_json(data))
         _scan, s_loop = timed(lambda: torch_trace.scan_events(doc))
-        rows_out.append(("torch trace", f"{len(data) / 1e6:.0f} MB, {n} events", f"{s:.2f} s",
-                         f"{n / s:,.0f} events/s", ">= 1,000,000 events/s"))
+        rows_out.append(
+            (
+                "torch trace",
+                f"{len(data) / 1e6:.0f} MB, {n} events",
+                f"{s:.2f} s",
+                f"{n / s:,.0f} events/s",
+                ">= 1,000,000 events/s",
+            )
+        )
         rows_out.append(("  decode only", "", f"{s_dec:.2f} s", f"{n / s_dec:,.0f} events/s", ""))
         rows_out.append(("  event loop only", "", f"{s_loop:.2f} s", f"{n / s_loop:,.0f} events/s", ""))
     widths = [max(len(str(r[i])) for r in rows_out) for i in range(5)]

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from operations.evidence.common import Binding, Refusal
-from operations.evidence.ncu import MODELED, normalise_unit, parse_ncu_csv, resolve_version, UNITS_2025
+from operations.evidence.ncu import MODELED, UNITS_2025, normalise_unit, parse_ncu_csv, resolve_version
 from operations.evidence.nsys import parse_nsys_sqlite
 from operations.evidence.sass import parse_compiler_evidence, parse_ptxas, parse_resource_usage, parse_sass
 from operations.evidence.torch_trace import parse_torch_trace
@@ -62,7 +62,14 @@ def test_ncu_raw_page_facts_per_launch():
     assert f.page == "raw" and f.tool == "ncu" and f.tool_version == "2025.3.1.0"
     assert f.tool_version_source == "version_file" and f.dialect == "ncu-csv-2025.3"
     names = [la.name.split("(")[0] for la in f.launches]
-    assert names == ["copy_coalesced", "copy_coalesced", "copy_strided", "spill_kernel", "wmma_gemm", "cp_async_scale"]
+    assert names == [
+        "copy_coalesced",
+        "copy_coalesced",
+        "copy_strided",
+        "spill_kernel",
+        "wmma_gemm",
+        "cp_async_scale",
+    ]
     first = f.launches[0]
     assert first.grid == [16384, 1, 1] and first.block == [256, 1, 1]
     assert first.device == 0 and first.compute_capability == "9.0" and first.device_name == "NVIDIA H200"
@@ -180,9 +187,13 @@ def test_ncu_unmodeled_launches_are_capped_and_counted():
 def test_ncu_identity_binding():
     ok = ncu("kernels_raw.csv", bound_to=H200)
     assert ok.bound_to == H200 and ok.identity_mismatch == []
-    other = ncu("kernels_raw.csv", bound_to=Binding(gpu_name="NVIDIA H100 80GB HBM3", compute_capability="sm_90"))
+    other = ncu(
+        "kernels_raw.csv", bound_to=Binding(gpu_name="NVIDIA H100 80GB HBM3", compute_capability="sm_90")
+    )
     assert [(m.field, m.report) for m in other.identity_mismatch] == [("gpu_name", "NVIDIA H200")]
-    ampere = ncu("kernels_details_full.csv", bound_to=Binding(compute_capability="8.0", gpu_name="NVIDIA A100"))
+    ampere = ncu(
+        "kernels_details_full.csv", bound_to=Binding(compute_capability="8.0", gpu_name="NVIDIA A100")
+    )
     assert [m.field for m in ampere.identity_mismatch] == ["compute_capability"]
 
 
@@ -193,7 +204,10 @@ def test_ncu_identity_binding():
 def test_ncu_version_is_required_and_checked():
     r = refused(parse_ncu_csv, NCU / "kernels_raw.csv")
     assert r.code == "unknown_tool_version" and r.field == "tool_version"
-    assert refused(parse_ncu_csv, NCU / "kernels_raw.csv", tool_version="2023.1.0").code == "unknown_tool_version"
+    assert (
+        refused(parse_ncu_csv, NCU / "kernels_raw.csv", tool_version="2023.1.0").code
+        == "unknown_tool_version"
+    )
     assert refused(parse_ncu_csv, NCU / "kernels_raw.csv", tool_version="latest").code == "bad_tool_version"
     assert refused(resolve_version, None, "ncu, some build").code == "bad_version_file"
     conflict = refused(resolve_version, "2025.3.0", VERSION_TEXT)
@@ -236,7 +250,10 @@ def test_ncu_wrong_delimiter(tmp_path):
     r = refused(parse_ncu_csv, _write(tmp_path, "semi.csv", "".join(semi)), version_text=VERSION_TEXT)
     assert r.code == "not_ncu_csv"
     tabs = [line.replace('","', "\t").replace('"', "") for line in lines]
-    assert refused(parse_ncu_csv, _write(tmp_path, "tab.csv", "".join(tabs)), version_text=VERSION_TEXT).code == "not_ncu_csv"
+    assert (
+        refused(parse_ncu_csv, _write(tmp_path, "tab.csv", "".join(tabs)), version_text=VERSION_TEXT).code
+        == "not_ncu_csv"
+    )
 
 
 def test_ncu_duplicate_header_column_and_repeated_header(tmp_path):
@@ -247,7 +264,10 @@ def test_ncu_duplicate_header_column_and_repeated_header(tmp_path):
     r = refused(parse_ncu_csv, _write(tmp_path, "dup.csv", "".join(dup)), version_text=VERSION_TEXT)
     assert r.code == "duplicate_column" and r.field == "Context"
     again = lines + [lines[h]] + lines[h + 2 :]
-    assert refused(parse_ncu_csv, _write(tmp_path, "again.csv", "".join(again)), version_text=VERSION_TEXT).code == "duplicate_header"
+    assert (
+        refused(parse_ncu_csv, _write(tmp_path, "again.csv", "".join(again)), version_text=VERSION_TEXT).code
+        == "duplicate_header"
+    )
 
 
 def test_ncu_missing_key_column(tmp_path):
@@ -267,10 +287,19 @@ def test_ncu_missing_key_column(tmp_path):
 def test_ncu_unknown_unit(tmp_path):
     text = (NCU / "kernels_raw_full.csv").read_text()
     assert '"Gbyte"' in text
-    r = refused(parse_ncu_csv, _write(tmp_path, "unit.csv", text.replace('"Gbyte"', '"Gibibyte"', 1)), version_text=VERSION_TEXT)
+    r = refused(
+        parse_ncu_csv,
+        _write(tmp_path, "unit.csv", text.replace('"Gbyte"', '"Gibibyte"', 1)),
+        version_text=VERSION_TEXT,
+    )
     assert r.code == "unknown_unit" and "Gibibyte" in r.message and r.field
-    det = (NCU / "kernels_details_full.csv").read_text().replace('"Duration","ns"', '"Duration","fortnight"', 1)
-    assert refused(parse_ncu_csv, _write(tmp_path, "unit2.csv", det), version_text=VERSION_TEXT).code == "unknown_unit"
+    det = (
+        (NCU / "kernels_details_full.csv").read_text().replace('"Duration","ns"', '"Duration","fortnight"', 1)
+    )
+    assert (
+        refused(parse_ncu_csv, _write(tmp_path, "unit2.csv", det), version_text=VERSION_TEXT).code
+        == "unknown_unit"
+    )
 
 
 def test_ncu_modeled_metric_with_the_wrong_dimension(tmp_path):
@@ -282,21 +311,36 @@ def test_ncu_modeled_metric_with_the_wrong_dimension(tmp_path):
 def test_ncu_garbage_empty_and_nul(tmp_path):
     rnd = random.Random(6)
     garbage = bytes(rnd.randrange(256) for _ in range(50000))
-    assert refused(parse_ncu_csv, _write(tmp_path, "g.bin", garbage), version_text=VERSION_TEXT).code in ("not_text", "not_ncu_csv")
-    assert refused(parse_ncu_csv, _write(tmp_path, "e.csv", ""), version_text=VERSION_TEXT).code == "not_ncu_csv"
+    assert refused(parse_ncu_csv, _write(tmp_path, "g.bin", garbage), version_text=VERSION_TEXT).code in (
+        "not_text",
+        "not_ncu_csv",
+    )
+    assert (
+        refused(parse_ncu_csv, _write(tmp_path, "e.csv", ""), version_text=VERSION_TEXT).code == "not_ncu_csv"
+    )
     text = (NCU / "kernels_raw.csv").read_text()
     nul = text.replace('"copy_strided', '"copy\x00strided', 1)
-    assert refused(parse_ncu_csv, _write(tmp_path, "nul.csv", nul), version_text=VERSION_TEXT).code == "not_text"
+    assert (
+        refused(parse_ncu_csv, _write(tmp_path, "nul.csv", nul), version_text=VERSION_TEXT).code == "not_text"
+    )
     assert refused(parse_ncu_csv, tmp_path / "missing.csv", version_text=VERSION_TEXT).code == "unreadable"
 
 
 def test_ncu_duplicate_and_interleaved_launches(tmp_path):
     lines = _csv_lines("kernels_raw.csv")
     twice = lines + [lines[-1]]
-    assert refused(parse_ncu_csv, _write(tmp_path, "twice.csv", "".join(twice)), version_text=VERSION_TEXT).code == "duplicate_launch"
+    assert (
+        refused(parse_ncu_csv, _write(tmp_path, "twice.csv", "".join(twice)), version_text=VERSION_TEXT).code
+        == "duplicate_launch"
+    )
     det = _csv_lines("kernels_details_full.csv")
     first = next(line for line in det if line.startswith('"0",'))
-    assert refused(parse_ncu_csv, _write(tmp_path, "inter.csv", "".join(det) + first), version_text=VERSION_TEXT).code == "duplicate_launch"
+    assert (
+        refused(
+            parse_ncu_csv, _write(tmp_path, "inter.csv", "".join(det) + first), version_text=VERSION_TEXT
+        ).code
+        == "duplicate_launch"
+    )
 
 
 def test_ncu_bad_value_in_a_named_fact(tmp_path):
@@ -335,7 +379,9 @@ def test_ncu_counters_not_permitted_is_a_limitation_not_zeros(tmp_path):
 
 
 def test_ncu_counters_not_permitted_without_any_table(tmp_path):
-    text = "==PROF== Connected to process 12 (/w/app)\n" + PERM_ERROR + "==PROF== Disconnected from process 12\n"
+    text = (
+        "==PROF== Connected to process 12 (/w/app)\n" + PERM_ERROR + "==PROF== Disconnected from process 12\n"
+    )
     f = parse_ncu_csv(_write(tmp_path, "perm_only.csv", text), version_text=VERSION_TEXT)
     assert f.limitation == "counters_not_permitted" and f.launches == [] and f.kernels == []
 
@@ -368,7 +414,7 @@ def test_ncu_200mb_report_streams_in_bounded_memory(tmp_path, page):
         f"""
         import json, resource, sys
         from operations.evidence.ncu import parse_ncu_csv
-        v = open({str(NCU / 'ncu_version.txt')!r}).read()
+        v = open({str(NCU / "ncu_version.txt")!r}).read()
         parse_ncu_csv({str(src)!r}, version_text=v)
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         f = parse_ncu_csv(sys.argv[1], version_text=v)
@@ -377,7 +423,9 @@ def test_ncu_200mb_report_streams_in_bounded_memory(tmp_path, page):
                           "growth_kb": peak - base, "last": f.launches[-1].id}}))
         """
     )
-    proc = subprocess.run([sys.executable, "-c", script, str(big)], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(big)], capture_output=True, text=True, cwd=ROOT, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["launches"] == copies * n_ids and got["last"] == copies * n_ids - 1
@@ -397,11 +445,17 @@ def test_nsys_export_facts():
     assert f.counts["CUPTI_ACTIVITY_KIND_KERNEL"] == 21 and f.counts["CUPTI_ACTIVITY_KIND_MEMCPY"] == 9
     assert f.counts["CUPTI_ACTIVITY_KIND_MEMSET"] == 6 and len(f.nvtx) == 3
     gemm = next(k for k in f.kernels if k.name and k.name.startswith("nvjet"))
-    assert gemm.launched_by == "cuLaunchKernelEx" and gemm.grid == [2, 64, 1] and gemm.registers_per_thread == 168
+    assert (
+        gemm.launched_by == "cuLaunchKernelEx"
+        and gemm.grid == [2, 64, 1]
+        and gemm.registers_per_thread == 168
+    )
     assert all(k.launched_by for k in f.kernels)
     assert {s.name for s in f.memcpy_summary} == {"Host-to-Device", "Device-to-Host", "Device-to-Device"}
     assert f.kernel_summary[0].count == 3 and f.kernel_summary[0].name.startswith("nvjet")
-    assert [n.text for n in f.nvtx] == ["step_0", "step_1", "step_2"] and all(n.type == "push_pop" for n in f.nvtx)
+    assert [n.text for n in f.nvtx] == ["step_0", "step_1", "step_2"] and all(
+        n.type == "push_pop" for n in f.nvtx
+    )
     assert f.api_summary[0].name == "cudaLaunchKernel"
     assert f.report_identity.gpu_name == "NVIDIA H200" and f.gpus[0].sm_count == 132
     assert f.unresolved_string_ids == 0 and f.omitted["kernels"] == 0
@@ -417,7 +471,11 @@ def test_nsys_matches_the_trace_it_was_built_from():
 
 def test_nsys_generator_reproduces_the_fixture(tmp_path):
     out = tmp_path / "again.sqlite"
-    subprocess.run([sys.executable, str(FIX / "nsys" / "make_nsys_fixture.py"), str(out)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(FIX / "nsys" / "make_nsys_fixture.py"), str(out)],
+        check=True,
+        capture_output=True,
+    )
     a, b = parse_nsys_sqlite(NSYS_DB).model_dump(), parse_nsys_sqlite(out).model_dump()
     for d in (a, b):
         d.pop("report_sha256")
@@ -450,7 +508,10 @@ def _sqlite(path: Path, sql: str) -> Path:
 
 
 def test_nsys_not_an_export(tmp_path):
-    other = _sqlite(tmp_path / "other.sqlite", "CREATE TABLE users (id INTEGER, name TEXT); INSERT INTO users VALUES (1, 'a');")
+    other = _sqlite(
+        tmp_path / "other.sqlite",
+        "CREATE TABLE users (id INTEGER, name TEXT); INSERT INTO users VALUES (1, 'a');",
+    )
     r = refused(parse_nsys_sqlite, other)
     assert r.code == "not_nsys_export" and r.field == "StringIds" and "StringIds" in r.message
     half = _sqlite(tmp_path / "half.sqlite", "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);")
@@ -468,7 +529,10 @@ def test_nsys_garbage_and_empty(tmp_path):
     g = _write(tmp_path, "g.sqlite", bytes(rnd.randrange(256) for _ in range(40000)))
     assert refused(parse_nsys_sqlite, g).code == "not_sqlite"
     assert refused(parse_nsys_sqlite, _write(tmp_path, "e.sqlite", b"")).code == "not_nsys_export"
-    assert refused(parse_nsys_sqlite, _write(tmp_path, "t.sqlite", "SQLite format 3\x00 but not")).code == "not_sqlite"
+    assert (
+        refused(parse_nsys_sqlite, _write(tmp_path, "t.sqlite", "SQLite format 3\x00 but not")).code
+        == "not_sqlite"
+    )
 
 
 def _modified_export(tmp_path: Path, sql: str) -> Path:
@@ -478,7 +542,9 @@ def _modified_export(tmp_path: Path, sql: str) -> Path:
 
 
 def test_nsys_unknown_schema_version(tmp_path):
-    p = _modified_export(tmp_path, "UPDATE META_DATA_EXPORT SET value = '4.0.1' WHERE name = 'EXPORT_SCHEMA_VERSION';")
+    p = _modified_export(
+        tmp_path, "UPDATE META_DATA_EXPORT SET value = '4.0.1' WHERE name = 'EXPORT_SCHEMA_VERSION';"
+    )
     r = refused(parse_nsys_sqlite, p)
     assert r.code == "unknown_schema_version" and r.field == "EXPORT_SCHEMA_VERSION"
     p2 = _modified_export(tmp_path, "DELETE FROM META_DATA_EXPORT WHERE name = 'EXPORT_SCHEMA_VERSION';")
@@ -493,12 +559,16 @@ def test_nsys_missing_column_and_absent_table(tmp_path):
     shutil.copy(NSYS_DB, q)
     _sqlite(q, "DROP TABLE CUPTI_ACTIVITY_KIND_MEMSET;")
     f = parse_nsys_sqlite(q)
-    assert f.tables_absent == ["CUPTI_ACTIVITY_KIND_MEMSET"] and f.memsets == [] and "memsets" not in f.omitted
+    assert (
+        f.tables_absent == ["CUPTI_ACTIVITY_KIND_MEMSET"] and f.memsets == [] and "memsets" not in f.omitted
+    )
 
 
 def test_nsys_version_conflict_and_identity():
     assert refused(parse_nsys_sqlite, NSYS_DB, tool_version="2023.4").code == "version_conflict"
-    f = parse_nsys_sqlite(NSYS_DB, bound_to=Binding(gpu_name="NVIDIA A100-SXM4-80GB", compute_capability="8.0"))
+    f = parse_nsys_sqlite(
+        NSYS_DB, bound_to=Binding(gpu_name="NVIDIA A100-SXM4-80GB", compute_capability="8.0")
+    )
     assert {m.field for m in f.identity_mismatch} == {"gpu_name", "compute_capability"}
 
 
@@ -517,7 +587,11 @@ def test_torch_trace_facts():
     assert gemm.op == "aten::mm" and gemm.launched_by == "cuLaunchKernelEx"
     assert gemm.launch_delay_ns and gemm.launch_delay_ns > 0 and gemm.registers_per_thread == 168
     h2d = next(g for g in f.gpu if "HtoD" in g.name)
-    assert h2d.bytes == 16 * 1024 * 1024 and h2d.launched_by == "cudaMemcpyAsync" and h2d.category == "gpu_memcpy"
+    assert (
+        h2d.bytes == 16 * 1024 * 1024
+        and h2d.launched_by == "cudaMemcpyAsync"
+        and h2d.category == "gpu_memcpy"
+    )
     assert [g.start_ns for g in f.gpu] == sorted(g.start_ns for g in f.gpu)
     assert f.kernel_summary[0].name.startswith("nvjet") and f.kernel_summary[0].count == 3
     assert f.tool_version is None and f.tool_version_source is None
@@ -567,12 +641,23 @@ def test_torch_trace_missing_and_bad_fields(tmp_path):
 def test_torch_trace_not_a_trace(tmp_path):
     assert refused(parse_torch_trace, _write(tmp_path, "a.json", "{not json")).code == "not_json"
     assert refused(parse_torch_trace, _write(tmp_path, "b.json", "[1, 2]")).code == "not_torch_trace"
-    assert refused(parse_torch_trace, _write(tmp_path, "c.json", '{"traceEvents": {}}')).code == "not_torch_trace"
+    assert (
+        refused(parse_torch_trace, _write(tmp_path, "c.json", '{"traceEvents": {}}')).code
+        == "not_torch_trace"
+    )
     r = refused(parse_torch_trace, _write(tmp_path, "d.json", '{"traceEvents": []}'))
     assert r.code == "not_torch_trace" and r.field == "schemaVersion"
-    assert refused(parse_torch_trace, _write(tmp_path, "e.json", '{"traceEvents": [], "schemaVersion": 9}')).code == "unknown_schema_version"
+    assert (
+        refused(parse_torch_trace, _write(tmp_path, "e.json", '{"traceEvents": [], "schemaVersion": 9}')).code
+        == "unknown_schema_version"
+    )
     rnd = random.Random(9)
-    assert refused(parse_torch_trace, _write(tmp_path, "g.bin", bytes(rnd.randrange(256) for _ in range(5000)))).code == "not_json"
+    assert (
+        refused(
+            parse_torch_trace, _write(tmp_path, "g.bin", bytes(rnd.randrange(256) for _ in range(5000)))
+        ).code
+        == "not_json"
+    )
 
 
 def test_torch_trace_unknown_categories_are_counted(tmp_path):
@@ -584,7 +669,9 @@ def test_torch_trace_unknown_categories_are_counted(tmp_path):
 
 
 def test_torch_trace_identity_and_caps():
-    f = parse_torch_trace(TRACE, bound_to=Binding(compute_capability="8.6", gpu_name="NVIDIA H200"), max_events=5)
+    f = parse_torch_trace(
+        TRACE, bound_to=Binding(compute_capability="8.6", gpu_name="NVIDIA H200"), max_events=5
+    )
     assert [m.field for m in f.identity_mismatch] == ["compute_capability"]
     assert len(f.gpu) == 5 and f.gpu_omitted == 31
 
@@ -598,7 +685,11 @@ def test_ptxas_report():
     by = {f.name: f for f in p.functions}
     spill = by["_Z12spill_kernelPKfPfi"]
     assert spill.arch == "sm_90a" and spill.entry and spill.registers == 32
-    assert spill.stack_frame_bytes == 848 and spill.spill_stores_bytes == 1148 and spill.spill_loads_bytes == 1240
+    assert (
+        spill.stack_frame_bytes == 848
+        and spill.spill_stores_bytes == 1148
+        and spill.spill_loads_bytes == 1240
+    )
     cp = by["_Z14cp_async_scalePK6float4PS_i"]
     assert cp.shared_memory_bytes == 4096 and cp.barriers == 1 and cp.spill_stores_bytes == 0
     assert by["_Z14copy_coalescedPK6float4PS_i"].registers == 14
@@ -682,15 +773,29 @@ def _result(out: Path) -> dict:
 def test_op_profile_ncu(tmp_path):
     out = tmp_path / "o"
     rc = profile_ncu.main(
-        ["--report", str(NCU / "kernels_raw.csv"), "--version-file", str(NCU / "ncu_version.txt"),
-         "--bind-gpu-name", "NVIDIA H200", "--bind-compute-capability", "9.0", "--out", str(out)]
+        [
+            "--report",
+            str(NCU / "kernels_raw.csv"),
+            "--version-file",
+            str(NCU / "ncu_version.txt"),
+            "--bind-gpu-name",
+            "NVIDIA H200",
+            "--bind-compute-capability",
+            "9.0",
+            "--out",
+            str(out),
+        ]
     )
     doc = _result(out)
     assert rc == 0 and doc["kind"] == "ncu" and len(doc["launches"]) == 6 and doc["identity_mismatch"] == []
     assert doc["bound_to"]["gpu_name"] == "NVIDIA H200"
     rc = profile_ncu.main(["--report", str(NCU / "kernels_raw.csv"), "--out", str(out)])
     doc = _result(out)
-    assert rc == 1 and doc == {"error": "unknown_tool_version", "message": doc["message"], "field": "tool_version"}
+    assert rc == 1 and doc == {
+        "error": "unknown_tool_version",
+        "message": doc["message"],
+        "field": "tool_version",
+    }
 
 
 def test_op_profile_nsys_and_torch(tmp_path):
@@ -698,7 +803,10 @@ def test_op_profile_nsys_and_torch(tmp_path):
     assert _result(tmp_path / "n")["kind"] == "nsys"
     assert profile_nsys.main(["--report", str(TRACE), "--out", str(tmp_path / "n2")]) == 1
     assert _result(tmp_path / "n2")["error"] == "not_sqlite"
-    assert profile_torch.main(["--report", str(TRACE), "--tool-version", "2.11.0", "--out", str(tmp_path / "t")]) == 0
+    assert (
+        profile_torch.main(["--report", str(TRACE), "--tool-version", "2.11.0", "--out", str(tmp_path / "t")])
+        == 0
+    )
     assert _result(tmp_path / "t")["tool_version"] == "2.11.0"
     assert profile_torch.main(["--report", str(NSYS_DB), "--out", str(tmp_path / "t2")]) == 1
     assert _result(tmp_path / "t2")["error"] == "not_json"
@@ -707,14 +815,36 @@ def test_op_profile_nsys_and_torch(tmp_path):
 def test_op_bad_arguments(tmp_path, capsys):
     assert profile_torch.main(["--out", str(tmp_path / "x")]) == 2
     assert _result(tmp_path / "x")["error"] == "bad_arguments"
-    assert profile_ncu.main(["--report", str(NCU / "kernels_raw.csv"), "--max-unmodeled-launches", "lots", "--out", str(tmp_path / "y")]) == 2
+    assert (
+        profile_ncu.main(
+            [
+                "--report",
+                str(NCU / "kernels_raw.csv"),
+                "--max-unmodeled-launches",
+                "lots",
+                "--out",
+                str(tmp_path / "y"),
+            ]
+        )
+        == 2
+    )
     assert "Traceback" not in capsys.readouterr().err
 
 
 def test_op_sass(tmp_path):
     out = tmp_path / "s"
-    rc = sass_op.main(["--sass", str(SASS / "kernels.sass"), "--ptxas", str(SASS / "kernels.ptxas.txt"),
-                       "--resource", str(SASS / "kernels.resource.txt"), "--out", str(out)])
+    rc = sass_op.main(
+        [
+            "--sass",
+            str(SASS / "kernels.sass"),
+            "--ptxas",
+            str(SASS / "kernels.ptxas.txt"),
+            "--resource",
+            str(SASS / "kernels.resource.txt"),
+            "--out",
+            str(out),
+        ]
+    )
     doc = _result(out)
     assert rc == 0 and len(doc["sass"]["functions"]) == 5 and len(doc["ptxas"]["functions"]) == 5
     assert sass_op.main(["--sass", str(NCU / "kernels_raw.csv"), "--out", str(tmp_path / "s2")]) == 1
@@ -736,16 +866,44 @@ def test_op_sass_binary_runs_cuobjdump(tmp_path):
 def test_ops_dispatch_through_python_isolated(tmp_path):
     out = tmp_path / "d"
     proc = subprocess.run(
-        [sys.executable, "-I", "-m", "operations", "profile-ncu", "--report", str(NCU / "kernels_details_full.csv"),
-         "--tool-version", "2025.3.1", "--out", str(out)],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        [
+            sys.executable,
+            "-I",
+            "-m",
+            "operations",
+            "profile-ncu",
+            "--report",
+            str(NCU / "kernels_details_full.csv"),
+            "--tool-version",
+            "2025.3.1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert _result(out)["page"] == "details"
     bad = subprocess.run(
-        [sys.executable, "-I", "-m", "operations", "profile-ncu", "--report", str(NSYS_DB), "--tool-version", "2025.3.1",
-         "--out", str(out)],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        [
+            sys.executable,
+            "-I",
+            "-m",
+            "operations",
+            "profile-ncu",
+            "--report",
+            str(NSYS_DB),
+            "--tool-version",
+            "2025.3.1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
     )
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert _result(out)["error"] in ("not_text", "not_ncu_csv")
@@ -758,19 +916,35 @@ def test_ops_dispatch_through_python_isolated(tmp_path):
 def _cko(*args: str, store: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, CKO_STORE=str(store))
     return subprocess.run(
-        [sys.executable, "-m", "runner", *args, "--json"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=900
+        [sys.executable, "-m", "runner", *args, "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=900,
     )
 
 
 @pytest.mark.docker
 def test_cli_profile_ncu(tmp_path):
-    p = _cko("profile", "ncu", "--report", str(NCU / "kernels_raw.csv"), "--version-file", str(NCU / "ncu_version.txt"), store=tmp_path)
+    p = _cko(
+        "profile",
+        "ncu",
+        "--report",
+        str(NCU / "kernels_raw.csv"),
+        "--version-file",
+        str(NCU / "ncu_version.txt"),
+        store=tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     facts = doc["facts"]
     assert doc["invocation_id"] and facts["kind"] == "ncu" and len(facts["launches"]) == 6
     assert facts["launches"][3]["name"].startswith("spill_kernel")
-    assert facts["report_sha256"] == __import__("hashlib").sha256((NCU / "kernels_raw.csv").read_bytes()).hexdigest()
+    assert (
+        facts["report_sha256"]
+        == __import__("hashlib").sha256((NCU / "kernels_raw.csv").read_bytes()).hexdigest()
+    )
     q = _cko("profile", "ncu", "--report", str(NCU / "kernels_raw.csv"), store=tmp_path)
     assert q.returncode == 1
     assert json.loads(q.stdout)["error"] == "unknown_tool_version"
@@ -786,7 +960,14 @@ def test_cli_profile_nsys_torch_and_sass(tmp_path):
     assert json.loads(t.stdout)["facts"]["gpu_events"] == 36
     bad = _cko("profile", "nsys", "--report", str(TRACE), store=tmp_path)
     assert bad.returncode == 1 and json.loads(bad.stdout)["error"] == "not_sqlite"
-    s = _cko("sass", "--sass", str(SASS / "kernels.sass"), "--ptxas", str(SASS / "kernels.ptxas.txt"), store=tmp_path)
+    s = _cko(
+        "sass",
+        "--sass",
+        str(SASS / "kernels.sass"),
+        "--ptxas",
+        str(SASS / "kernels.ptxas.txt"),
+        store=tmp_path,
+    )
     assert s.returncode == 0, s.stderr
     assert len(json.loads(s.stdout)["facts"]["sass"]["functions"]) == 5
 
@@ -834,7 +1015,11 @@ def in_process_sandbox(monkeypatch, tmp_path):
         code = ops_main([op, *(a.replace("/cko/in", str(indir)) for a in args), "--out", str(out)])
         doc = json.loads((out / "result.json").read_text())
         return types.SimpleNamespace(
-            invocation_id=f"inv-{n}", exit_code=code, state="succeeded" if code == 0 else "failed", doc=doc, outputs=[],
+            invocation_id=f"inv-{n}",
+            exit_code=code,
+            state="succeeded" if code == 0 else "failed",
+            doc=doc,
+            outputs=[],
             stderr_tail="",
         )
 
@@ -852,8 +1037,17 @@ def _cli(*args: str):
 
 def test_cli_glue_profile_ncu(in_process_sandbox, tmp_path):
     store = str(tmp_path / "store")
-    r = _cli("profile", "ncu", "--report", str(NCU / "kernels_raw.csv"), "--version-file", str(NCU / "ncu_version.txt"),
-             "--store", store, "--json")
+    r = _cli(
+        "profile",
+        "ncu",
+        "--report",
+        str(NCU / "kernels_raw.csv"),
+        "--version-file",
+        str(NCU / "ncu_version.txt"),
+        "--store",
+        store,
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["op"] == "profile-ncu" and len(doc["facts"]["launches"]) == 6
@@ -862,7 +1056,16 @@ def test_cli_glue_profile_ncu(in_process_sandbox, tmp_path):
     refusal = _cli("profile", "ncu", "--report", str(NCU / "kernels_raw.csv"), "--store", store, "--json")
     assert refusal.exit_code == 1
     assert json.loads(refusal.stdout)["error"] == "unknown_tool_version"
-    human = _cli("profile", "ncu", "--report", str(NCU / "kernels_raw.csv"), "--tool-version", "2025.3.1", "--store", store)
+    human = _cli(
+        "profile",
+        "ncu",
+        "--report",
+        str(NCU / "kernels_raw.csv"),
+        "--tool-version",
+        "2025.3.1",
+        "--store",
+        store,
+    )
     assert human.exit_code == 0 and "ncu-csv-2025.3" in human.output and "invocation inv-" in human.output
 
 
@@ -875,11 +1078,26 @@ def test_cli_glue_sidecar_version_and_other_commands(in_process_sandbox, tmp_pat
     assert _cli("profile", "nsys", "--report", str(NSYS_DB), "--store", store).exit_code == 0
     t = _cli("profile", "torch", "--report", str(TRACE), "--store", store, "--json")
     assert t.exit_code == 0 and json.loads(t.stdout)["facts"]["gpu_events"] == 36
-    s = _cli("sass", "--sass", str(SASS / "kernels.sass"), "--ptxas", str(SASS / "kernels.ptxas.txt"), "--store", store)
+    s = _cli(
+        "sass",
+        "--sass",
+        str(SASS / "kernels.sass"),
+        "--ptxas",
+        str(SASS / "kernels.ptxas.txt"),
+        "--store",
+        store,
+    )
     assert s.exit_code == 0 and "HMMA" in s.output
     assert in_process_sandbox[-1]["image"] == "cpu"
     req = tmp_path / "req.json"
-    req.write_text(json.dumps({"source": {"kind": "torch", "report": str(TRACE)}, "remove": [{"label": "g", "contains": ["nvjet"]}]}))
+    req.write_text(
+        json.dumps(
+            {
+                "source": {"kind": "torch", "report": str(TRACE)},
+                "remove": [{"label": "g", "contains": ["nvjet"]}],
+            }
+        )
+    )
     m = _cli("execution-map", "--request", str(req), "--store", store, "--json")
     assert m.exit_code == 0 and json.loads(m.stdout)["facts"]["removable"][0]["matched_intervals"] == 3
     assert set(in_process_sandbox[-1]["inputs"]) == {"request.json", "report"}
@@ -890,6 +1108,14 @@ def test_cli_glue_bad_requests(in_process_sandbox, tmp_path):
     r = _cli("profile", "torch", "--report", str(tmp_path / "missing.json"), "--store", store, "--json")
     assert r.exit_code == 2 and json.loads(r.stdout)["field"] == "report"
     assert _cli("sass", "--store", store, "--json").exit_code == 2
-    both = _cli("sass", "--binary", str(SASS / "kernels.sm_90a.cubin"), "--sass", str(SASS / "kernels.sass"), "--store", store)
+    both = _cli(
+        "sass",
+        "--binary",
+        str(SASS / "kernels.sm_90a.cubin"),
+        "--sass",
+        str(SASS / "kernels.sass"),
+        "--store",
+        store,
+    )
     assert both.exit_code == 2
     assert in_process_sandbox == []  # nothing ran

@@ -65,7 +65,10 @@ def test_coverage_overlap_and_gaps_by_hand():
     assert m.concurrent_ns == 10  # [5,10) and [20,25)
     assert [(o.lanes, o.overlap_ns) for o in m.overlaps] == [(["cpu", "gpu:stream7"], 10)]
     assert m.idle_total_ns == 20 and m.idle_gaps == 2
-    assert [(g.start_ns, g.end_ns, g.duration_ns) for g in m.largest_idle_gaps] == [(30, 40, 10), (50, 60, 10)]
+    assert [(g.start_ns, g.end_ns, g.duration_ns) for g in m.largest_idle_gaps] == [
+        (30, 40, 10),
+        (50, 60, 10),
+    ]
 
 
 def test_removable_respects_overlap():
@@ -81,15 +84,25 @@ def test_removable_respects_overlap():
     )
     r = {x.label: x for x in m.removable}
     # gemm runs 5..25, cpu work covers 5..10 and 20..25: only 10..20 is gemm alone.
-    assert (r["gemm"].selected_union_ns, r["gemm"].overlapped_by_other_ns, r["gemm"].removable_ns) == (20, 10, 10)
-    assert r["gemm"].end_to_end_lower_bound_ns == 50 and r["gemm"].removable_fraction == pytest.approx(10 / 60)
+    assert (r["gemm"].selected_union_ns, r["gemm"].overlapped_by_other_ns, r["gemm"].removable_ns) == (
+        20,
+        10,
+        10,
+    )
+    assert r["gemm"].end_to_end_lower_bound_ns == 50 and r["gemm"].removable_fraction == pytest.approx(
+        10 / 60
+    )
     assert r["copies"].removable_ns == 10 and r["copies"].overlapped_by_other_ns == 0
     assert r["sync"].removable_ns == 5  # 25..30
     assert r["all cpu"].matched_intervals == 2 and r["all cpu"].removable_ns == 10  # 0..5 and 25..30
 
 
 def test_overlapping_selected_intervals_count_once():
-    ivs = [Interval("gpu:stream1", "k", 0, 10), Interval("gpu:stream2", "k", 5, 15), Interval("cpu", "x", 14, 20)]
+    ivs = [
+        Interval("gpu:stream1", "k", 0, 10),
+        Interval("gpu:stream2", "k", 5, 15),
+        Interval("cpu", "x", 14, 20),
+    ]
     r = emap(ivs, remove=[Selector(label="k", names=["k"])]).removable[0]
     assert r.selected_total_ns == 20 and r.selected_union_ns == 15 and r.removable_ns == 14
 
@@ -130,12 +143,23 @@ def test_against_brute_force_on_random_intervals():
         ivs = []
         for _ in range(rnd.randint(1, 12)):
             s = rnd.randint(0, 80)
-            ivs.append(Interval(rnd.choice(["cpu", "gpu:stream7", "copy"]), rnd.choice(["a", "b", "c"]), s, s + rnd.randint(0, 25)))
+            ivs.append(
+                Interval(
+                    rnd.choice(["cpu", "gpu:stream7", "copy"]),
+                    rnd.choice(["a", "b", "c"]),
+                    s,
+                    s + rnd.randint(0, 25),
+                )
+            )
         w0, w1 = rnd.randint(-5, 20), rnd.randint(60, 110)
         name = rnd.choice(["a", "b"])
         m = emap(ivs, window=(w0, w1), remove=[Selector(label="x", names=[name])])
         union, concurrent, removable = _brute(ivs, w0, w1, lambda iv, n=name: iv.name == n)
-        assert (m.union_busy_ns, m.concurrent_ns, m.removable[0].removable_ns) == (union, concurrent, removable)
+        assert (m.union_busy_ns, m.concurrent_ns, m.removable[0].removable_ns) == (
+            union,
+            concurrent,
+            removable,
+        )
         assert m.idle_total_ns == (w1 - w0) - union
         for la in m.lanes:
             assert la.busy_ns + la.idle_ns == w1 - w0
@@ -149,7 +173,9 @@ def test_refusals_and_request_validation():
         intervals_from_source(Source(kind="ncu", report="r.csv"), "r.csv")
     assert info.value.code == "no_timeline"
     with pytest.raises(ValidationError):
-        ExecutionMapRequest.model_validate({"intervals": [{"lane": "cpu", "name": "a", "start_ns": 5, "end_ns": 1}]})
+        ExecutionMapRequest.model_validate(
+            {"intervals": [{"lane": "cpu", "name": "a", "start_ns": 5, "end_ns": 1}]}
+        )
     with pytest.raises(ValidationError):
         ExecutionMapRequest.model_validate({"intervals": [], "source": {"kind": "torch", "report": "x"}})
     with pytest.raises(ValidationError):
@@ -191,14 +217,23 @@ def test_op_with_intervals_and_with_sources(tmp_path):
     rc, doc = _op(
         tmp_path,
         {
-            "intervals": [{"lane": iv.lane, "name": iv.name, "start_ns": iv.start_ns, "end_ns": iv.end_ns} for iv in CASE],
+            "intervals": [
+                {"lane": iv.lane, "name": iv.name, "start_ns": iv.start_ns, "end_ns": iv.end_ns}
+                for iv in CASE
+            ],
             "window": {"start_ns": 0, "end_ns": 60},
             "remove": [{"label": "gemm", "names": ["gemm"]}],
         },
     )
     assert rc == 0 and doc["kind"] == "execution_map" and doc["removable"][0]["removable_ns"] == 10
     assert doc["source_kind"] == "intervals" and len(doc["report_sha256"]) == 64
-    rc, doc = _op(tmp_path, {"source": {"kind": "torch", "report": str(TRACE)}, "remove": [{"label": "h2d", "contains": ["HtoD"]}]})
+    rc, doc = _op(
+        tmp_path,
+        {
+            "source": {"kind": "torch", "report": str(TRACE)},
+            "remove": [{"label": "h2d", "contains": ["HtoD"]}],
+        },
+    )
     assert rc == 0 and doc["tool"] == "torch" and doc["removable"][0]["matched_intervals"] == 3
     rc, doc = _op(tmp_path, {"source": {"kind": "nsys", "report": "ignored"}}, "--report", str(NSYS_DB))
     assert rc == 0 and doc["source_kind"] == "nsys"
@@ -220,12 +255,26 @@ def test_op_refusals(tmp_path):
 @pytest.mark.docker
 def test_cli_execution_map(tmp_path):
     req = tmp_path / "req.json"
-    req.write_text(json.dumps({"source": {"kind": "torch", "report": str(TRACE)}, "remove": [{"label": "gemm", "contains": ["nvjet"]}]}))
+    req.write_text(
+        json.dumps(
+            {
+                "source": {"kind": "torch", "report": str(TRACE)},
+                "remove": [{"label": "gemm", "contains": ["nvjet"]}],
+            }
+        )
+    )
     env = dict(os.environ, CKO_STORE=str(tmp_path / "store"))
     p = subprocess.run(
         [sys.executable, "-m", "runner", "execution-map", "--request", str(req), "--json"],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=900,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=900,
     )
     assert p.returncode == 0, p.stderr
     facts = json.loads(p.stdout)["facts"]
-    assert facts["removable"][0]["matched_intervals"] == 3 and {la["lane"] for la in facts["lanes"]} >= {"cpu", "gpu:stream7"}
+    assert facts["removable"][0]["matched_intervals"] == 3 and {la["lane"] for la in facts["lanes"]} >= {
+        "cpu",
+        "gpu:stream7",
+    }

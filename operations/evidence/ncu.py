@@ -47,6 +47,7 @@ from .common import (
     Refusal,
     ReportIdentity,
     identity_mismatches,
+    no_gc,
     open_report,
 )
 
@@ -475,7 +476,9 @@ class _Reader:
                     field="report",
                 )
             if "\x00" in line:
-                raise Refusal("not_text", f"line {self.line_no} holds a NUL byte: not ncu's text output", field="report")
+                raise Refusal(
+                    "not_text", f"line {self.line_no} holds a NUL byte: not ncu's text output", field="report"
+                )
             yield line
 
     def note(self, line: str) -> None:
@@ -848,7 +851,7 @@ def parse_ncu_csv(
     digest, size = open_report(path)
     if max_unmodeled_launches < 0:
         raise Refusal("bad_request", "max_unmodeled_launches must be >= 0", field="max_unmodeled_launches")
-    with open(path, encoding="utf-8", errors="strict", newline="") as f:
+    with open(path, encoding="utf-8", errors="strict", newline="") as f, no_gc():
         reader = _Reader(f)
         lines = reader.raw_lines()
         header, program_lines = _find_header(reader, lines)

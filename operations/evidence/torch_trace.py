@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic_core import from_json  # faster than the stdlib's decoder (measured ~1.7x); same result
 
-from .common import Binding, Facts, FactSet, Refusal, ReportIdentity, identity_mismatches, open_report
+from .common import Binding, Facts, FactSet, Refusal, ReportIdentity, identity_mismatches, no_gc, open_report
 
 PARSER = "operations.evidence.torch_trace"
 PARSER_VERSION = "1"
@@ -299,8 +299,9 @@ def parse_torch_trace(
     digest, size = open_report(path)
     if max_events < 0 or summary_limit < 0:
         raise Refusal("bad_request", "max_events and summary_limit must be >= 0", field="max_events")
-    doc = load_trace(path)
-    scan = scan_events(doc)
+    with no_gc():
+        doc = load_trace(path)
+        scan = scan_events(doc)
     ops, launches = scan["ops"], scan["launches"]
     gpu = sorted(scan["gpu"], key=lambda g: g[2])
     correlated = 0

@@ -1,0 +1,123 @@
+"""The driver protocol against hostile drivers, through `cko readiness` in the real sandbox (issue 4)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from operations.protocol import DriverRequest, DriverResult, validate_result
+from tests.conftest import ROOT, run_cko
+
+HOSTILE = ROOT / "tests" / "hostile_driver"
+
+
+def _request(tmp_path: Path, mode: str, process_timeout: float = 60) -> Path:
+    work = tmp_path / f"w-{mode}"
+    shutil.copytree(HOSTILE, work)
+    req = {
+        "name": f"hostile-{mode}", "workload": ".", "entry": "kernel.py", "allowed_paths": ["kernel.py"],
+        "exclude": ["readiness.json"],
+        "driver": {"command": ["python", "driver.py"], "env": {"HOSTILE": mode}},
+        "cases": [{"id": "small", "params": {"rows": 64, "cols": 256}}],
+        "objective": {"primary": {"name": "time", "unit": "ms", "direction": "lower"}, "min_effect_pct": 5},
+        "accuracy": {"rel_l2": 1e-9},
+        "plan": {"warmup": 1, "acquisition": "isolated"},
+        "timeout_s": 120, "process_timeout_s": process_timeout,
+    }
+    (work / "readiness.json").write_text(json.dumps(req))
+    return work / "readiness.json"
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("mode,code,field", [
+    ("garbage", "result_not_json", "result"),
+    ("wrong_unit", "wrong_unit", "metrics.time.unit"),
+    ("too_few", "wrong_sample_count", "series[original/small].reps"),
+    ("nan", "non_finite", "series[original/small].samples.time"),
+    ("wrong_metric", "missing_metric", "series[original/small].samples.time"),
+    ("protocol", "unknown_protocol", "protocol"),
+    ("missing_subject", "missing_subject", "series[original/small]"),
+    ("crash", "driver_crashed", "driver"),
+    ("no_result", "result_not_written", "result_path"),
+])
+def test_hostile_driver_is_not_ready(tmp_path: Path, mode: str, code: str, field: str) -> None:
+    store = tmp_path / "store"
+    r = run_cko("readiness", "--request", str(_request(tmp_path, mode)), "--json", store=store)
+    assert r.code == 1, (r.stdout, r.stderr)
+    doc = r.json
+    assert doc["ready"] is False
+    reason = doc["blockers"][0]["reason"]
+    assert reason.startswith(code + ":"), reason
+    assert f"(field {field})" in reason, reason
+    assert list((store / "targets").glob("*.json")) == []  # no Target
+
+
+@pytest.mark.docker
+def test_hanging_driver_times_out(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    r = run_cko("readiness", "--request", str(_request(tmp_path, "hang", process_timeout=4)), "--json", store=store)
+    assert r.code == 1
+    assert r.json["blockers"][0]["reason"].startswith("driver_timed_out:")
+
+
+@pytest.mark.docker
+def test_driver_that_prints_megabytes_and_writes_outside_still_contained(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    for mode in ("megabytes", "outside"):
+        req = _request(tmp_path, mode)
+        before = sorted(p.name for p in req.parent.iterdir())
+        r = run_cko("readiness", "--request", str(req), "--json", store=store)
+        assert r.code == 0, (r.stdout[-2000:], r.stderr[-2000:])
+        assert r.json["ready"] is True
+        assert sorted(p.name for p in req.parent.iterdir()) == before  # the workload is untouched
+    assert not Path("/etc/cko-was-here").exists()
+    # the driver's own stdout is kept only as a tail inside the container: no object is megabytes
+    sizes = [p.stat().st_size for p in (store / "objects").rglob("*") if p.is_file()]
+    assert max(sizes) < 2 << 20
+    assert run_cko("verify", "--json", store=store).json["ok"] is True
+
+
+def _req(**kw: object) -> DriverRequest:
+    base = dict(mode="measure", subjects=[{"id": "a", "path": "/x"}], cases=[{"id": "c", "params": {}}],
+                schedule=[{"subject": "a", "case": "c", "rep": 0}, {"subject": "a", "case": "c", "rep": 1}],
+                metrics=[{"name": "time", "unit": "ms"}], accuracy={"rel_l2": 1e-6}, seed=1, result_path="/tmp/r")
+    base.update(kw)
+    return DriverRequest.model_validate(base)
+
+
+def _res(samples: list[float], reps: list[int] | None = None, units: dict[str, str] | None = None) -> DriverResult:
+    return DriverResult.model_validate({
+        "protocol": "cko/driver-v1", "mode": "measure", "units": units if units is not None else {"time": "ms"},
+        "series": [{"subject": "a", "case": "c", "reps": reps if reps is not None else [0, 1],
+                    "samples": {"time": samples},
+                    "accuracy": {"passed": True, "checks": 1}}]})
+
+
+def test_validate_result_accepts_a_correct_result() -> None:
+    assert validate_result(_req(), _res([1.0, 1.1])) == []
+
+
+@pytest.mark.parametrize("res,code", [
+    (_res([1.0]), "wrong_sample_count"),
+    (_res([1.0, float("inf")]), "non_finite"),
+    (_res([1.0, -1.0]), "non_positive"),
+    (_res([1.0, 1.0], units={"time": "us"}), "wrong_unit"),
+    (_res([1.0, 1.0], units={}), "missing_unit"),
+])
+def test_validate_result_contract_errors(res: DriverResult, code: str) -> None:
+    errs = validate_result(_req(), res)
+    assert errs and errs[0].code == code, errs
+
+
+@pytest.mark.parametrize("kw,msg", [
+    ({"protocol": "cko/driver-v2"}, "unknown protocol version"),
+    ({"schedule": [{"subject": "zz", "case": "c", "rep": 0}]}, "is not a subject"),
+    ({"schedule": [{"subject": "a", "case": "c", "rep": 0}, {"subject": "a", "case": "c", "rep": 0}]}, "repeats"),
+    ({"metrics": [{"name": "time", "unit": "fortnights"}]}, "unit"),
+])
+def test_driver_request_is_closed_and_checked(kw: dict, msg: str) -> None:
+    with pytest.raises(ValueError, match=msg):
+        _req(**kw)
