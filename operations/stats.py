@@ -113,7 +113,6 @@ DEFAULT_CONFIDENCE = 0.95
 DEFAULT_RESAMPLES = 4000
 MIN_RESAMPLES = 100
 METHOD = "median-log-ratio; hull(percentile bootstrap over pairs, order-statistic interval)"
-SPENDING = "weighted-bonferroni"
 
 # scipy >= 1.15 seeds resampling through `rng`; older versions through `random_state`.
 _SEED_KW = "rng" if "rng" in inspect.signature(scipy.stats.bootstrap).parameters else "random_state"
@@ -298,11 +297,14 @@ def _as_samples(values: Any, field: str) -> np.ndarray:
             if isinstance(v, bool) or not isinstance(v, int | float | np.floating | np.integer):
                 raise StatsInputError(field, f"{field}[{i}] = {v!r} is not a number")
         arr = np.asarray(values, dtype=float)
-    for i, v in enumerate(arr):
-        if not math.isfinite(v):
-            raise StatsInputError(field, f"{field}[{i}] = {v!r} is not finite")
-        if v <= 0:
-            raise StatsInputError(field, f"{field}[{i}] = {v!r}: samples must be > 0 (log ratios)")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        i = int(bad[0])
+        raise StatsInputError(field, f"{field}[{i}] = {float(arr[i])!r} is not finite")
+    bad = np.flatnonzero(arr <= 0)
+    if bad.size:
+        i = int(bad[0])
+        raise StatsInputError(field, f"{field}[{i}] = {float(arr[i])!r}: samples must be > 0 (log ratios)")
     return arr
 
 

@@ -131,7 +131,7 @@ def engine_identity(client: Any) -> EngineIdentity:
 
 
 def _write_result(store: Store, inv_id: str, result: InvocationResult) -> None:
-    write_new(inv_dir(store, inv_id) / "result.json", canonical_bytes(result))
+    store.commit_file(inv_dir(store, inv_id) / "result.json", canonical_bytes(result))
 
 
 def _events_sha(store: Store, inv_id: str) -> str | None:

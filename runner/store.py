@@ -105,6 +105,36 @@ class Store:
         for sub in ("objects/sha256", "invocations", "champion/selections", *RECORD_KINDS):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self._lock = FileLock(self.root / ".writer.lock")
+        self._ledger_lock = FileLock(self.root / ".ledger.lock")
+
+    # -- ledger: every immutable record, hash-chained, so even an unreferenced one is checked --
+    @property
+    def ledger_path(self) -> Path:
+        return self.root / "ledger.jsonl"
+
+    def commit_file(self, path: Path, data: bytes) -> str:
+        """Write an immutable record file and append it to the ledger; returns its sha256."""
+        write_new(path, data)
+        digest = sha256_bytes(data)
+        rel = str(path.relative_to(self.root))
+        with self._ledger_lock.hold(timeout=30, what="store ledger"):
+            prev = "0" * 64
+            if self.ledger_path.exists():
+                lines = self.ledger_path.read_bytes().splitlines()
+                if lines:
+                    prev = sha256_bytes(lines[-1])
+            line = json.dumps({"path": rel, "sha256": digest, "prev": prev}, sort_keys=True,
+                              separators=(",", ":")).encode()
+            with open(self.ledger_path, "ab") as f:
+                f.write(line + b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+        return digest
+
+    def ledger(self) -> list[dict[str, str]]:
+        if not self.ledger_path.exists():
+            return []
+        return [json.loads(x) for x in self.ledger_path.read_bytes().splitlines() if x.strip()]
 
     # -- locking ---------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -171,8 +201,7 @@ class Store:
 
     def put_record(self, kind: str, record_id: str, model: BaseModel) -> dict[str, str]:
         data = canonical_bytes(model)
-        write_new(self.record_path(kind, record_id), data)
-        return {"id": record_id, "sha256": sha256_bytes(data)}
+        return {"id": record_id, "sha256": self.commit_file(self.record_path(kind, record_id), data)}
 
     def get_record(self, kind: str, record_id: str, cls: type[M], sha256: str | None = None) -> tuple[M, dict[str, str]]:
         path = self.record_path(kind, record_id)

@@ -74,7 +74,30 @@ def verify_store(store: Store) -> dict[str, Any]:
             bad(d, "invocation without result.json (running, or abandoned: run any cko command to reap)")
             continue
         docs.append((res, None))
+    ledgered: set[str] = set()
+    prev = "0" * 64
+    raw_lines = store.ledger_path.read_bytes().splitlines() if store.ledger_path.exists() else []
+    for n, raw in enumerate(raw_lines):
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            bad("ledger.jsonl", f"line {n + 1} is not JSON")
+            continue
+        if entry.get("prev") != prev:
+            bad("ledger.jsonl", f"line {n + 1} breaks the hash chain (a line was changed or removed)")
+        prev = sha256_bytes(raw)
+        rel = str(entry.get("path"))
+        ledgered.add(rel)
+        fp = store.root / rel
+        if not fp.is_file():
+            bad(rel, "missing: listed in the ledger")
+        elif sha256_file(fp) != entry.get("sha256"):
+            bad(rel, "altered: does not match its ledger entry")
+    checked["ledger_entries"] = len(raw_lines)
     for p, _ in docs:
+        rel = str(p.relative_to(store.root))
+        if p.name != "current.json" and rel not in ledgered:  # request.json is covered by result.json
+            bad(p, "not in the ledger (written outside cko, or the ledger was truncated)")
         checked["records"] += 1
         try:
             doc = json.loads(p.read_bytes())

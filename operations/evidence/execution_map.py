@@ -508,7 +508,10 @@ def intervals_from_torch(path: str | Path, include: Sequence[str] | None = None)
 
     want = _include(include, TORCH_DEFAULT, TORCH_ALL, "a PyTorch trace")
     with no_gc():
-        doc = load_trace(path)
+        return _torch_intervals(load_trace(path), want)
+
+
+def _torch_intervals(doc: dict[str, Any], want: set[str]) -> list[Interval]:
     out: list[Interval] = []
     for i, e in enumerate(doc["traceEvents"]):
         if type(e) is not dict or e.get("ph") != "X":

@@ -4,7 +4,8 @@ What it does, and what it refuses:
 
 * The version. ncu's CSV does not name the ncu that wrote it, so the version comes from the
   caller: `tool_version` ("2025.3.1") or `version_text`, the output of `ncu --version` captured
-  when the report was collected (a sidecar file). Neither given, or a version no dialect below
+  when the report was collected (a sidecar file; `cko profile ncu` passes REPORT.version when it
+  exists, and `--collect` writes one). Neither given, or a version no dialect below
   covers, is a refusal (`unknown_tool_version`); both given and disagreeing is `version_conflict`.
 * The dialect table (`DIALECTS`) lists, per ncu version range, the identity columns a report must
   have, the metrics that become named facts, and the unit vocabulary. A missing identity column
@@ -851,7 +852,7 @@ def parse_ncu_csv(
     digest, size = open_report(path)
     if max_unmodeled_launches < 0:
         raise Refusal("bad_request", "max_unmodeled_launches must be >= 0", field="max_unmodeled_launches")
-    with open(path, encoding="utf-8", errors="strict", newline="") as f, no_gc():
+    with open(path, encoding="utf-8-sig", errors="strict", newline="") as f, no_gc():
         reader = _Reader(f)
         lines = reader.raw_lines()
         header, program_lines = _find_header(reader, lines)

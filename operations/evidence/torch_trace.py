@@ -37,6 +37,13 @@ CPU_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cpu_insta
 API_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 OTHER_KNOWN = frozenset({"gpu_user_annotation", "overhead", "Trace", "ac2g", "fwdbwd"})
+# 0: GPU activity, 1: runtime/driver call, 2: CPU op (the one whose External id names GPU work), 3: other CPU
+KINDS = {
+    **dict.fromkeys(GPU_CATS, 0),
+    **dict.fromkeys(API_CATS, 1),
+    **dict.fromkeys(CPU_CATS, 3),
+    "cpu_op": 2,
+}
 
 
 class TorchGpuEvent(Facts):
@@ -158,19 +165,16 @@ def scan_events(doc: dict[str, Any]) -> dict[str, Any]:
     counts: dict[str, int] = {}
     other: dict[str, int] = {}
     events = doc["traceEvents"]
+    kinds = KINDS
+    gpu_add, api_add, cpu_add = gpu.append, api.append, cpu.append
     for i, e in enumerate(events):
         if type(e) is not dict:
             raise Refusal("bad_value", f"traceEvents[{i}] is not an object", field=f"traceEvents[{i}]")
         if e.get("ph") != "X":
             continue
-        cat = e.get("cat")
-        if cat in GPU_CATS:
-            kind = 0
-        elif cat in API_CATS:
-            kind = 1
-        elif cat in CPU_CATS:
-            kind = 2
-        else:
+        cat: Any = e.get("cat")
+        kind = kinds.get(cat) if type(cat) is str else None
+        if kind is None:
             key = cat if isinstance(cat, str) else repr(cat)
             if key in OTHER_KNOWN:
                 counts[key] = counts.get(key, 0) + 1
@@ -178,24 +182,26 @@ def scan_events(doc: dict[str, Any]) -> dict[str, Any]:
                 other[key] = other.get(key, 0) + 1
             continue
         counts[cat] = counts.get(cat, 0) + 1
-        name = e.get("name")
-        ts = e.get("ts")
-        dur = e.get("dur")
+        name: Any = e.get("name")
+        ts: Any = e.get("ts")
+        dur: Any = e.get("dur")
         if type(name) is not str:
             raise _missing(i, "name")
-        if isinstance(ts, bool) or not isinstance(ts, int | float):
+        t = type(ts)
+        if t is not float and t is not int:  # bool is neither
             raise _missing(i, "ts")
-        if isinstance(dur, bool) or not isinstance(dur, int | float):
+        t = type(dur)
+        if t is not float and t is not int:
             raise _missing(i, "dur")
         if dur < 0:
             raise Refusal("bad_value", f"traceEvents[{i}] has a negative dur", field=f"traceEvents[{i}].dur")
         start = round(ts * 1000)
         d = round(dur * 1000)
-        args = e.get("args")
+        args: Any = e.get("args")
         if type(args) is not dict:
             args = {}
         if kind == 0:
-            gpu.append(
+            gpu_add(
                 (
                     cat,
                     name,
@@ -210,13 +216,13 @@ def scan_events(doc: dict[str, Any]) -> dict[str, Any]:
             )
         elif kind == 1:
             corr = args.get("correlation")
-            api.append((name, start, d, e.get("tid"), corr))
+            api_add((name, start, d, e.get("tid"), corr))
             if corr is not None and corr not in launches:
                 launches[corr] = (name, start)
         else:
             ext = args.get("External id")
-            cpu.append((name, start, d, e.get("tid"), ext))
-            if ext is not None and cat == "cpu_op" and ext not in ops:
+            cpu_add((name, start, d, e.get("tid"), ext))
+            if ext is not None and kind == 2 and ext not in ops:
                 ops[ext] = name
     return {
         "cpu": cpu,
@@ -299,9 +305,21 @@ def parse_torch_trace(
     digest, size = open_report(path)
     if max_events < 0 or summary_limit < 0:
         raise Refusal("bad_request", "max_events and summary_limit must be >= 0", field="max_events")
-    with no_gc():
-        doc = load_trace(path)
-        scan = scan_events(doc)
+    with no_gc():  # the whole parse: millions of live objects, none of them in a cycle
+        return _facts(path, digest, size, tool_version, bound_to, max_events, summary_limit)
+
+
+def _facts(
+    path: str | Path,
+    digest: str,
+    size: int,
+    tool_version: str | None,
+    bound_to: Binding | None,
+    max_events: int,
+    summary_limit: int,
+) -> TorchTraceFacts:
+    doc = load_trace(path)
+    scan = scan_events(doc)
     ops, launches = scan["ops"], scan["launches"]
     gpu = sorted(scan["gpu"], key=lambda g: g[2])
     correlated = 0

@@ -521,9 +521,7 @@ def select(store: Store, experiment_id: str, reason: str) -> tuple[dict[str, Any
         sel = Selection(id=sid, target=Ref(**tref), action="select", experiment=eref, variant=Ref(**vref),
                         snapshot=v.snapshot.sha256, previous_pointer_sha256=current, created_at=now(), reason=reason)
         data = canonical_bytes(sel)
-        from ..store import write_new
-
-        write_new(store.root / "champion" / "selections" / f"{sid}.json", data)
+        store.commit_file(store.root / "champion" / "selections" / f"{sid}.json", data)
         ptr_new = ChampionPointer(target=Ref(**tref), selection=Ref(id=sid, sha256=sha256_bytes(data)),
                                   variant=Ref(**vref), snapshot=v.snapshot.sha256)
         store.swap_champion(current, canonical_bytes(ptr_new))
@@ -539,9 +537,7 @@ def restore(store: Store, target_id: str | None, reason: str) -> tuple[dict[str,
         sel = Selection(id=sid, target=tref, action="restore", snapshot=t.original.sha256,
                         previous_pointer_sha256=current, created_at=now(), reason=reason)
         data = canonical_bytes(sel)
-        from ..store import write_new
-
-        write_new(store.root / "champion" / "selections" / f"{sid}.json", data)
+        store.commit_file(store.root / "champion" / "selections" / f"{sid}.json", data)
         ptr_new = ChampionPointer(target=tref, selection=Ref(id=sid, sha256=sha256_bytes(data)), variant=None,
                                   snapshot=t.original.sha256)
         store.swap_champion(current, canonical_bytes(ptr_new))
