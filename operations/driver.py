@@ -218,6 +218,32 @@ class _Clocks:
             return None
 
 
+# Modules whose functions the harness, the timing and the accuracy check rely on: a subject that
+# replaces any of their attributes (to fake a timer, a sync, or the reference's arithmetic) is caught.
+GUARDED_MODULES = ("builtins", "time", "gc", "threading", "numpy", "numpy.linalg", "numpy.random", "math",
+                   "torch", "torch.cuda", "cupy", "operations.driver", "operations.protocol")
+
+
+def module_snapshot() -> dict[str, dict[str, int]]:
+    snap: dict[str, dict[str, int]] = {}
+    for name in GUARDED_MODULES:
+        mod = sys.modules.get(name)
+        if mod is None:
+            continue
+        snap[name] = {k: id(v) for k, v in list(vars(mod).items()) if callable(v)}
+    return snap
+
+
+def snapshot_changes(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> list[str]:
+    out = []
+    for mod, names in before.items():
+        now = after.get(mod, {})
+        for k, ident in names.items():
+            if now.get(k) != ident:
+                out.append(f"{mod}.{k}")
+    return out
+
+
 def _children() -> set[int]:
     kids: set[int] = set()
     try:
@@ -278,12 +304,19 @@ def drive(req: DriverRequest, make_inputs: Callable[..., Any], run: Callable[[An
     tol = {"rel_l2": req.accuracy.rel_l2, "max_abs": req.accuracy.max_abs}
     threads0 = threading.active_count()
     kids0 = _children()
+    modules0 = module_snapshot()
+    reported: set[str] = set()
 
     def check_integrity(where: str) -> None:
         now = backend.guarded()
         for name, fn in guarded.items():
-            if now.get(name) is not fn:
+            if now.get(name) is not fn and name not in reported:
+                reported.add(name)
                 integrity.append(f"{where}: {name} was replaced during the run")
+        for name in snapshot_changes(modules0, module_snapshot()):
+            if name not in reported:
+                reported.add(name)
+                integrity.append(f"{where}: {name} was replaced (the harness's functions are not the subject's to patch)")
         if threading.active_count() > threads0:
             integrity.append(f"{where}: {threading.active_count() - threads0} thread(s) left running after the run")
         if _children() - kids0:
