@@ -5,10 +5,10 @@ from __future__ import annotations
 import click
 
 from . import __version__
-from .commands import register
+from .commands import LazyGroup
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="cko")
 def cli() -> None:
     """cko runs one GPU-performance operation at a time inside a pinned, sandboxed container and
@@ -21,8 +21,6 @@ def cli() -> None:
     (nothing written), 3 refused by policy, 4 timed out, 5 environment unavailable.
     """
 
-
-register(cli)
 
 
 def main() -> None:

@@ -1,0 +1,69 @@
+"""Images, lock and doctor against the real engine (issue 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runner import __version__
+from tests.conftest import GPU, run_cko
+
+
+def test_version_and_help() -> None:
+    r = run_cko("--version")
+    assert r.code == 0 and __version__ in r.stdout
+    r = run_cko("--help")
+    assert r.code == 0
+    for cmd in ("doctor", "exec", "readiness", "baseline", "variant", "experiment", "champion", "audit", "verify",
+                "schema", "demo", "stats", "profile", "sass", "knowledge", "images", "status", "cancel"):
+        assert cmd in r.stdout, cmd
+
+
+@pytest.mark.docker
+def test_images_list_shows_the_locked_cpu_image() -> None:
+    r = run_cko("images", "list", "--json")
+    assert r.code == 0
+    cpu = next(i for i in r.json["images"] if i["name"] == "cpu")
+    assert cpu["present"] is True and cpu["image_id"].startswith("sha256:")
+    assert cpu["stale"] is False
+    lock = json.loads(Path(r.json["lock"]).read_text())
+    entry = lock["images"]["cpu"]
+    assert entry["image_id"] == cpu["image_id"]
+    assert entry["build_inputs"]["wheels"] and entry["dockerfile_sha256"]
+    dockerfile = (Path(r.json["lock"]).parent / "cpu" / "Dockerfile").read_text()
+    assert "@sha256:" in dockerfile  # the FROM default is pinned by digest
+
+
+@pytest.mark.docker
+def test_corrupt_lock_is_a_one_line_error_exit_5(tmp_path: Path, store: Path) -> None:
+    bad = tmp_path / "images.lock"
+    bad.write_text("{not json")
+    r = run_cko("exec", "--json", "--", "true", store=store, env={"CKO_IMAGES_LOCK": str(bad)})
+    assert r.code == 5
+    assert r.json["field"] == "images.lock" and r.json["error"] == "corrupt_images_lock"
+    assert bad.read_text() == "{not json"  # nothing rewritten
+    r = run_cko("exec", "--json", "--", "true", store=store, env={"CKO_IMAGES_LOCK": str(tmp_path / "none.lock")})
+    assert r.code == 5 and r.json["error"] == "image_missing"
+
+
+def test_unknown_image_name_is_a_usage_error(store: Path) -> None:
+    r = run_cko("exec", "--image", "gpu-latest", "--", "true", store=store)
+    assert r.code == 2 and "gpu-latest" in r.stderr
+
+
+@pytest.mark.docker
+def test_doctor_reports_engine_images_modes_and_gpu() -> None:
+    r = run_cko("doctor", "--json")
+    assert r.code == 0
+    d = r.json
+    assert d["engine"]["reachable"] is True and d["engine"]["version"]
+    modes = {m["mode"]: m for m in d["passthrough"]}
+    assert set(modes) == {"nvidia", "cdi", "devices", "none"} and modes["none"]["usable"] is True
+    for m in modes.values():
+        assert m["usable"] or (m["reason"] and m["next_step"])
+    if not GPU:
+        assert d["gpu"]["available"] is False and "no GPU" in d["gpu"]["note"]
+    else:
+        assert d["gpu"]["devices"][0]["uuid"].startswith("GPU-")
