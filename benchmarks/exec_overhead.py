@@ -65,11 +65,11 @@ def main() -> None:
           f"CLI {med['`cko exec -- true` (CLI, new process)'] - base:+.3f} s")
     # An idle wait for a lock: the waiter should use (almost) no CPU.
     lock = FileLock(Path(store.root) / "bench.lock")
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; sys.path.insert(0, %r)\n"
-        "from runner.locks import FileLock\n"
-        "with FileLock(%r).hold(timeout=5, what='x'):\n    print('held', flush=True); time.sleep(3)\n"
-    ) % (str(ROOT), str(lock.path))], stdout=subprocess.PIPE, text=True)
+    code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r})\n"
+            "from runner.locks import FileLock\n"
+            f"with FileLock({str(lock.path)!r}).hold(timeout=5, what='x'):\n"
+            "    print('held', flush=True); time.sleep(3)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None
     holder.stdout.readline()
     r0 = resource.getrusage(resource.RUSAGE_SELF)

@@ -28,7 +28,7 @@ from .errors import CkoError, Exit, unavailable
 from .identity import EngineIdentity, EnvironmentIdentity, ImageIdentity, host_identity
 from .locks import FileLock, gpu_lock
 from .models import ObjectRef
-from .records import InvocationRequest, InvocationResult, LimitsSpec, MountSpec
+from .records import InvocationRequest, InvocationResult, LimitsSpec, MountSpec, TerminalState
 from .store import Store, new_id, write_new
 
 META_DIR = ".cko"  # inside the output dir: the probe and checks, not user outputs
@@ -408,7 +408,7 @@ def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = N
     return outcome
 
 
-def _terminal(run: sandbox.ContainerRun, meta: dict[str, Any], cancel_marker: Path) -> tuple[str, int, str | None]:
+def _terminal(run: sandbox.ContainerRun, meta: dict[str, Any], cancel_marker: Path) -> tuple[TerminalState, int, str | None]:
     if run.cancelled or cancel_marker.exists():
         return "cancelled", int(Exit.FAILED), "cancelled by request"
     if run.timed_out:

@@ -11,8 +11,8 @@ from typing import Any
 
 from .invocation import load_result
 from .store import Store
-from .workflow.records import Baseline, Experiment, Target
 from .workflow.ops import show
+from .workflow.records import Baseline, Experiment, Target
 
 
 def gather(store: Store) -> dict[str, Any]:

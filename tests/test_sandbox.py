@@ -203,13 +203,14 @@ def test_engine_down_exit_5(store: Path) -> None:
 
 def test_two_invocations_on_one_gpu_lock_never_overlap(tmp_path: Path) -> None:
     """The per-GPU lock: the second holder waits (bounded) or times out; never both inside."""
+    log = str(tmp_path / "log")
     code = (
-        "import sys, time, os; sys.path.insert(0, %r); os.environ['CKO_LOCK_DIR'] = %r\n"
+        f"import sys, time, os; sys.path.insert(0, {str(ROOT)!r}); os.environ['CKO_LOCK_DIR'] = {str(tmp_path)!r}\n"
         "from runner.locks import gpu_lock\n"
         "with gpu_lock('GPU-test').hold(timeout=float(sys.argv[1]), what='GPU-test'):\n"
-        "    open(%r, 'a').write(f'in {time.time()}\\n'); time.sleep(1.5)\n"
-        "    open(%r, 'a').write(f'out {time.time()}\\n')\n"
-    ) % (str(ROOT), str(tmp_path), str(tmp_path / "log"), str(tmp_path / "log"))
+        f"    open({log!r}, 'a').write(f'in {{time.time()}}\\n'); time.sleep(1.5)\n"
+        f"    open({log!r}, 'a').write(f'out {{time.time()}}\\n')\n"
+    )
     a = subprocess.Popen([sys.executable, "-c", code, "10"])
     time.sleep(0.3)
     b = subprocess.Popen([sys.executable, "-c", code, "10"])

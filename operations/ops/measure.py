@@ -127,8 +127,8 @@ def run_driver(plan: MeasurePlan, sub: DriverRequest, n: int, work: Path) -> tup
     except ValidationError as exc:
         e = exc.errors()[0]
         field = ".".join(str(x) for x in e["loc"]) or "result"
-        code = "non_finite" if "finite" in e["msg"] else "invalid_result"
-        info["error"] = {"code": code, "field": field, "message": f"result.{field}: {e['msg']}"}
+        err_code = "non_finite" if "finite" in e["msg"] else "invalid_result"
+        info["error"] = {"code": err_code, "field": field, "message": f"result.{field}: {e['msg']}"}
         return None, info
     return res, info
 

@@ -101,6 +101,7 @@ def verify_cmd(store: Path, as_json: bool) -> Outcome:
     st = Store(store, create=False)
     reap_orphans(st)
     rep = verify_store(st)
+    human: str | Table
     if rep["ok"]:
         c = rep["checked"]
         human = (f"store {st.root}: OK — {c['objects']} objects, {c['records']} records, "

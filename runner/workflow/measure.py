@@ -7,7 +7,7 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from operations.protocol import DriverRequest, DriverResult, ScheduleItem, Subject
 
@@ -66,7 +66,7 @@ def pick_gpus(target: Target) -> list[str]:
 
 
 def run_measurement(store: Store, target: Target, subjects: dict[str, Snapshot], schedule: list[ScheduleItem],
-                    *, mode: str, seed: int, acquisition: str, label: str, parent: dict[str, Any],
+                    *, mode: Literal["smoke", "measure"], seed: int, acquisition: str, label: str, parent: dict[str, Any],
                     warmup: int | None = None, progress: Any = None, telemetry: bool = True) -> Measured:
     """One `measure` invocation: materialise the harness and subjects read-only, run, read back."""
     if target.original is None or target.driver is None or target.accuracy is None or target.objective is None:

@@ -180,8 +180,8 @@ def _diagnostic(store: Store, req: ReadinessRequest, base: Path, workload: Path)
                     gpu=req.gpu, plan=req.plan, timeout_s=req.timeout_s, process_timeout_s=req.process_timeout_s,
                     memory=req.memory, identity=identity, reports=reports,
                     request=ObjectRef(sha256=request_obj["sha256"], size=request_obj["size"], name="readiness.json"))
-    ref = _put_record(store, "targets", tid, target)
-    return {"ready": True, "target": ref.model_dump(), "mode": "diagnostic",
+    tref = _put_record(store, "targets", tid, target)
+    return {"ready": True, "target": tref.model_dump(), "mode": "diagnostic",
             "note": "a diagnostic target binds reports only and can never carry a performance claim"}, 0
 
 
