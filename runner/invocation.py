@@ -232,7 +232,9 @@ def _request(plan: Plan, inv_id: str, image_id: str | None, uuids: list[str], mo
         timeout_s=plan.timeout_s,
         limits=LimitsSpec(memory_bytes=pol.parse_size(plan.memory, "memory"), pids=plan.pids, cpus=plan.cpus,
                           tmpfs_bytes=pol.parse_size(plan.tmpfs, "tmpfs")),
-        user=pol.container_user(policy), policy_path=policy_path,
+        # Reading GPU counters needs CAP_SYS_ADMIN in the process, which only uid 0 keeps: the one
+        # exception, allowed by the policy's allow_profiler_counters (still no network, read-only root).
+        user="0:0" if plan.counters else pol.container_user(policy), policy_path=policy_path,
         policy_sha256=sha256_file(policy_path) if policy_path else None,
         created_at=now_iso(), controller_pid=os.getpid(), host_id=host_identity().host_id, parent=plan.parent,
     )

@@ -207,9 +207,11 @@ def main(argv: list[str]) -> int:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         doc = measure(plan, out, work)
-    # Only what this operation writes leaves the container (and the probe, written before the driver).
+    # Only what this operation writes leaves the container (and the probe, written before the driver, and
+    # the files a profiler wrapping the driver was told to write, named in CKO_KEEP_OUTPUTS).
+    keep = {".cko", *[k for k in os.environ.get("CKO_KEEP_OUTPUTS", "").split(",") if k]}
     for child in out.iterdir():
-        if child.name != ".cko":
+        if child.name not in keep:
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
             else:

@@ -54,6 +54,7 @@ class Measured:
     state: str
     exit_code: int
     reason: str | None
+    kept: dict[str, bytes] | None = None
 
 
 def pick_gpus(target: Target) -> list[str]:
@@ -67,7 +68,9 @@ def pick_gpus(target: Target) -> list[str]:
 
 def run_measurement(store: Store, target: Target, subjects: dict[str, Snapshot], schedule: list[ScheduleItem],
                     *, mode: Literal["smoke", "measure"], seed: int, acquisition: str, label: str, parent: dict[str, Any],
-                    warmup: int | None = None, progress: Any = None, telemetry: bool = True) -> Measured:
+                    warmup: int | None = None, progress: Any = None, telemetry: bool = True,
+                    counters: bool = False, policy_path: str | None = None,
+                    keep: tuple[str, ...] = ()) -> Measured:
     """One `measure` invocation: materialise the harness and subjects read-only, run, read back."""
     if target.original is None or target.driver is None or target.accuracy is None or target.objective is None:
         raise CkoError("a diagnostic target cannot be measured", exit_code=Exit.BAD_REQUEST, code="diagnostic_target",
@@ -103,7 +106,8 @@ def run_measurement(store: Store, target: Target, subjects: dict[str, Snapshot],
                    command=["/opt/cko/bin/python", "-I", "-m", "operations", "measure", "--plan",
                             "/cko/request/plan.json", "--out", "/cko/out"],
                    mounts=mounts, timeout_s=target.timeout_s, memory=target.memory, label=label,
-                   workdir="/cko/harness", parent=parent, telemetry=telemetry)
+                   workdir="/cko/harness", parent=parent, telemetry=telemetry, counters=counters,
+                   policy_path=policy_path, env={"CKO_KEEP_OUTPUTS": ",".join(keep)} if keep else {})
         outcome = execute(store, inv, progress=progress, keep_outputs=True)
         try:
             doc = outcome.read_json("result.json") or {}
@@ -114,10 +118,15 @@ def run_measurement(store: Store, target: Target, subjects: dict[str, Snapshot],
             failure = doc.get("failure")
             if failure is None and res.state != "succeeded":
                 failure = {"code": "invocation_" + res.state, "field": "invocation", "message": res.reason or res.state}
+            kept = {}
+            for name in keep:
+                path = outcome.output_path(name)
+                if path is not None:
+                    kept[name] = path.read_bytes()
             return Measured(invocation=Ref(id=outcome.id, sha256=_result_sha(store, outcome.id)), result=dr,
                             failure=failure, processes=list(doc.get("processes") or []),
                             telemetry=res.telemetry_summary, identity=res.identity, state=res.state,
-                            exit_code=res.exit_code, reason=res.reason)
+                            exit_code=res.exit_code, reason=res.reason, kept=kept)
         finally:
             outcome.close()
     finally:
