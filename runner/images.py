@@ -108,7 +108,7 @@ def inputs_hash(name: str) -> str:
     """Hash of everything the image bakes in from the checkout."""
     root = repo_root()
     parts = []
-    for p in [root / "images" / name / "Dockerfile", root / "images" / "requirements-cpu.txt",
+    for p in [root / "images" / name / "Dockerfile", *sorted((root / "images").glob("requirements-*.txt")),
               *_tree_files(root / "operations")]:
         parts.append(f"{p.relative_to(root)}\0{sha256_file(p)}")
     return sha256_bytes("\n".join(parts).encode())
@@ -236,6 +236,12 @@ def ensure_wheels(progress: Progress, python_version: str = "3.11") -> dict[str,
     """A wheelhouse for the image's Python, made by the host's pip (the container has no index)."""
     wheels = build_dir() / "wheels"
     req = repo_root() / "images" / "requirements-cpu.txt"
+    given = os.environ.get("CKO_WHEELHOUSE")
+    if given:  # a host with no package index (the lent GPU machine): wheels carried in
+        wheels.mkdir(parents=True, exist_ok=True)
+        for w in Path(given).glob("*.whl"):
+            shutil.copy(w, wheels / w.name)
+        return {p.name: sha256_file(p) for p in sorted(wheels.glob("*.whl"))}
     stamp = wheels / f".stamp-{python_version}"
     want = sha256_file(req)
     if not (stamp.exists() and stamp.read_text() == want):
@@ -249,7 +255,8 @@ def ensure_wheels(progress: Progress, python_version: str = "3.11") -> dict[str,
     return {p.name: sha256_file(p) for p in sorted(wheels.glob("*.whl"))}
 
 
-def build_image(name: str, *, offline: bool, base_image: str | None = None, progress: Progress = print) -> ImageEntry:
+def build_image(name: str, *, offline: bool, base_image: str | None = None, progress: Progress = print,
+                build_args: dict[str, str] | None = None) -> ImageEntry:
     check_name(name)
     client = docker_client()
     root = repo_root()
@@ -257,7 +264,9 @@ def build_image(name: str, *, offline: bool, base_image: str | None = None, prog
     lock = load_lock()
     started = time.monotonic()
     build_inputs: dict[str, Any] = {}
-    buildargs: dict[str, str] = {}
+    buildargs: dict[str, str] = dict(build_args or {})
+    if buildargs:
+        build_inputs["build_args"] = dict(buildargs)
     py = "3.11" if name == "cpu" else os.environ.get("CKO_CUDA_PYTHON", "3.12")
     build_inputs["wheels"] = ensure_wheels(progress, py)
     if base_image:

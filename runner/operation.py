@@ -5,6 +5,7 @@ Inputs are mounted read-only at /cko/in/<name>; the operation writes /cko/out/re
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ def run_operation(*, store: Store, op: str, args: list[str], inputs: dict[str, P
                   gpus: list[str] | None = None, timeout: float = 600.0, label: str = "", counters: bool = False,
                   extra_mounts: list[Mount] | None = None, memory: str = "4g", parent: dict[str, Any] | None = None,
                   policy_path: str | None = None) -> OperationResult:
+    if image == "cpu":  # a GPU host built without the cpu image parses in the cuda image instead
+        image = os.environ.get("CKO_PARSE_IMAGE", "cpu")
     staging = Path(tempfile.mkdtemp(prefix="cko-in-"))
     try:
         mounts = list(extra_mounts or [])

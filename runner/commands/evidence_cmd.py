@@ -15,7 +15,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from ..cliutil import Outcome, common, handled, load_json_file
+from ..cliutil import Outcome, common, handled, load_json_file, progress_console
 from ..errors import CkoError, Exit, bad_request, failed
 from ..store import Store
 
@@ -268,10 +268,13 @@ def profile() -> None:
 @profile.command(name="ncu")
 @click.option(
     "--report",
-    required=True,
+    required=False,
     type=click.Path(path_type=Path),
     help="ncu --csv output (--page raw or details).",
 )
+@click.option("--collect", is_flag=True, help="Run the Target's driver under ncu in the sandbox (needs --request).")
+@click.option("--request", "request", type=click.Path(path_type=Path),
+              help="With --collect: {target, subject (original or a variant id), case, reps, ncu_args}.")
 @_tool_version
 @click.option(
     "--version-file",
@@ -284,7 +287,9 @@ def profile() -> None:
 @common
 @handled
 def profile_ncu(
-    report: Path,
+    report: Path | None,
+    collect: bool,
+    request: Path | None,
     tool_version: str | None,
     version_file: Path | None,
     target: str | None,
@@ -292,7 +297,26 @@ def profile_ncu(
     store: Path,
     as_json: bool,
 ) -> Outcome:
-    """Nsight Compute CSV: per launch name, grid, block, duration, throughputs, occupancy, registers, memory."""
+    """Nsight Compute CSV: per launch name, grid, block, duration, throughputs, occupancy, registers, memory.
+
+    With --collect, the Target's driver runs under `ncu --clock-control none` in the cuda image
+    (the policy must allow_profiler_counters) and the report it writes is parsed."""
+    if collect:
+        from ..workflow.collect import collect_ncu, load
+
+        if request is None:
+            raise bad_request("--collect needs --request", field="request")
+        creq, _ = load(request)
+        if target:
+            creq = creq.model_copy(update={"target": target})
+        con = progress_console()
+        doc, code = collect_ncu(Store(store), creq, lambda m: con.print(f"[dim]{m}[/]"),
+                                policy_path=str(policy) if policy else None)
+        facts = doc.get("facts") or {}
+        return Outcome(doc=doc, human=_human_ncu(facts, doc["collection"]["id"]) if code == 0 and facts else doc,
+                       exit_code=code)
+    if report is None:
+        raise bad_request("--report is required (or --collect --request F)", field="report")
     rep = _file(report, "report")
     inputs = {REPORT_NAMES["ncu"]: rep}
     args = ["--report", f"/cko/in/{REPORT_NAMES['ncu']}"]

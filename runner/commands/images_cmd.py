@@ -9,6 +9,7 @@ from rich.table import Table
 
 from .. import images as img
 from ..cliutil import Outcome, common, handled, progress_console
+from ..errors import bad_request
 
 
 @click.group("images")
@@ -21,12 +22,19 @@ def images() -> None:
 @click.option("--offline", is_flag=True, help="Build from a debootstrap root and a local wheelhouse (no registry).")
 @click.option("--base-image", help="Use this local image (id or tag) as the base, e.g. one made from a GPU host's toolkit.")
 @click.option("--if-missing", is_flag=True, help="Skip images whose lock entry is present and up to date.")
+@click.option("--build-arg", "build_args", multiple=True, help="KEY=VALUE passed to docker build (e.g. PYTHON=...).")
 @common
 @handled
 def build_cmd(store: Path, as_json: bool, names: tuple[str, ...], offline: bool, base_image: str | None,
-              if_missing: bool) -> Outcome:
+              if_missing: bool, build_args: tuple[str, ...]) -> Outcome:
     """Build images (default: cpu) and record their ids in images/images.lock."""
     chosen = list(names) or ["cpu"]
+    bargs = {}
+    for a in build_args:
+        k, sep, v = a.partition("=")
+        if not sep or not k:
+            raise bad_request(f"--build-arg {a!r}: expected KEY=VALUE", field="build_arg")
+        bargs[k] = v
     con = progress_console()
     built = []
     skipped = []
@@ -38,7 +46,7 @@ def build_cmd(store: Path, as_json: bool, names: tuple[str, ...], offline: bool,
                 skipped.append(name)
                 continue
         entry = img.build_image(name, offline=offline, base_image=base_image,
-                                progress=lambda m: con.print(f"[dim]{m}[/]"))
+                                progress=lambda m: con.print(f"[dim]{m}[/]"), build_args=bargs)
         built.append(entry.model_dump(mode="json"))
     table = Table("image", "id", "size", "seconds")
     for e in built:
