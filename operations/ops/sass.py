@@ -11,6 +11,7 @@ import argparse
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from ..evidence import opmain
@@ -29,10 +30,15 @@ def _cuobjdump() -> str:
 
 
 def _dump(tool: str, flag: str, binary: Path, dest: Path) -> None:
+    # cuobjdump writes scratch files (tmpxft_*) to TMPDIR or its working directory: give it a
+    # private writable one on the container's tmpfs.
+    scratch = tempfile.mkdtemp(prefix="cuobjdump-", dir="/tmp" if os.path.isdir("/tmp") else None)
     try:
         with open(dest, "w", encoding="utf-8") as out:
             proc = subprocess.run(
                 [tool, flag, str(binary)],
+                cwd=scratch,
+                env={**os.environ, "TMPDIR": scratch, "TMP": scratch, "TEMP": scratch},
                 stdout=out,
                 stderr=subprocess.PIPE,
                 timeout=CUOBJDUMP_TIMEOUT,

@@ -17,7 +17,10 @@ for ex, bytes_fn in (("torch-layernorm", lambda p: 2 * (2 * p["rows"] * p["cols"
     except (OSError, ValueError) as exc:
         print(f"{ex}: incomplete ({exc})")
         continue
-    rd = json.loads(Path(f"{st}.readiness.json").read_text())
+    if "cases" not in base or "cases" not in tgt:
+        print(f"{ex}: incomplete (baseline: {base.get('message')}, target: {tgt.get('message')})")
+        continue
+    rd = ready
     params = json.loads(Path(f"examples/{ex}/readiness.json").read_text())["cases"][0]["params"]
     med_ms = base["cases"][0]["median"]
     c = tgt["cases"][0]
