@@ -117,7 +117,9 @@ def run_measurement(store: Store, target: Target, subjects: dict[str, Snapshot],
                 dr = DriverResult.model_validate(doc["driver_result"])
             failure = doc.get("failure")
             if failure is None and res.state != "succeeded":
-                failure = {"code": "invocation_" + res.state, "field": "invocation", "message": res.reason or res.state}
+                tail = (res.stderr_tail or "").strip()[-600:]
+                failure = {"code": "invocation_" + res.state, "field": "invocation",
+                           "message": (res.reason or res.state) + (f"; stderr: {tail}" if tail else "")}
             kept = {}
             for name in keep:
                 path = outcome.output_path(name)
