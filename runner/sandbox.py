@@ -141,8 +141,10 @@ def container_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         cap_drop=["ALL"],
         cap_add=spec.cap_add or None,
         security_opt=["no-new-privileges"],
-        # mode=1777 explicitly: some kernels/engines mount a tmpfs 0755 root, unusable to a non-root user.
-        tmpfs={"/tmp": f"rw,nosuid,nodev,mode=1777,size={spec.limits.tmpfs_bytes}"},
+        # mode=1777 explicitly: a tmpfs takes the mode of the directory under it. `exec`: Docker's
+        # default noexec stops JIT-built code (Triton kernels, nvcc-built .so) from loading; the
+        # root stays read-only, so /tmp is the only place anything can be written or run from.
+        tmpfs={"/tmp": f"rw,exec,nosuid,nodev,mode=1777,size={spec.limits.tmpfs_bytes}"},
         mem_limit=spec.limits.memory_bytes,
         memswap_limit=spec.limits.memory_bytes,
         pids_limit=spec.limits.pids,
