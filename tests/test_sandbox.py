@@ -90,18 +90,21 @@ def test_memory_limit_is_enforced(store: Path) -> None:
     assert r.json["state"] == "failed"
 
 
-def test_cancel_records_cancelled(store: Path) -> None:
-    proc = subprocess.Popen([*CKO, "exec", "--store", str(store), "--json", "--", "sleep", "60"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+def _start_exec(store: Path, seconds: int) -> tuple[subprocess.Popen[str], str]:
+    """`cko exec -- sleep N` in the background; returns once its container has started."""
+    proc = subprocess.Popen([*CKO, "exec", "--store", str(store), "--json", "--", "sleep", str(seconds)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env=os.environ | {"PYTHONPATH": str(ROOT)})
-    inv = None
     for _ in range(100):
         dirs = _inv_dirs(store)
         if dirs and "container_started" in (dirs[0] / "events.jsonl").read_text():
-            inv = dirs[0].name
-            break
+            return proc, dirs[0].name
         time.sleep(0.1)
-    assert inv, "invocation did not start"
+    raise AssertionError("invocation did not start")
+
+
+def test_cancel_records_cancelled(store: Path) -> None:
+    proc, inv = _start_exec(store, 60)
     st = run_cko("status", inv, "--json", store=store)
     assert st.json["state"] == "running"
     c = run_cko("cancel", inv, "--json", store=store)
@@ -112,17 +115,7 @@ def test_cancel_records_cancelled(store: Path) -> None:
 
 
 def test_controller_killed_leaves_an_orphan_that_the_next_command_reaps(store: Path) -> None:
-    proc = subprocess.Popen([*CKO, "exec", "--store", str(store), "--", "sleep", "120"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=os.environ | {"PYTHONPATH": str(ROOT)})
-    inv = None
-    for _ in range(100):
-        dirs = _inv_dirs(store)
-        if dirs and "container_started" in (dirs[0] / "events.jsonl").read_text():
-            inv = dirs[0].name
-            break
-        time.sleep(0.1)
-    assert inv
+    proc, inv = _start_exec(store, 120)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     import docker
