@@ -105,7 +105,7 @@ def demo_cmd(store: Path, as_json: bool, example: str) -> Outcome:
     from ..cliutil import default_store
     from ..demo import run_demo
 
-    if str(store) == default_store():
+    if Path(store) == Path(default_store()):
         store = Path("cko-demo") / time.strftime("run-%Y%m%dT%H%M%S")
     summary = run_demo(store, example, console(as_json) if not as_json else progress_console())
     t = Table("case", "pairs", "gain %", "95% CI %", "verdict", title=f"cko demo: {example}")
