@@ -108,8 +108,10 @@ def inputs_hash(name: str) -> str:
     """Hash of everything the image bakes in from the checkout."""
     root = repo_root()
     parts = []
-    for p in [root / "images" / name / "Dockerfile", *sorted((root / "images").glob("requirements-*.txt")),
-              *_tree_files(root / "operations")]:
+    # the cpu image installs requirements-cpu.txt only; the cuda image either list (build arg REQUIREMENTS)
+    reqs = [root / "images" / "requirements-cpu.txt"] if name == "cpu" else \
+        sorted((root / "images").glob("requirements-*.txt"))
+    for p in [root / "images" / name / "Dockerfile", *reqs, *_tree_files(root / "operations")]:
         parts.append(f"{p.relative_to(root)}\0{sha256_file(p)}")
     return sha256_bytes("\n".join(parts).encode())
 
