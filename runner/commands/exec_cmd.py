@@ -58,12 +58,15 @@ def invocation_table(res: dict) -> Table:
 @click.option("--cpus", type=float, help="CPU limit (cores).")
 @click.option("--workdir", default="/tmp", show_default=True, help="Working directory inside the container.")
 @click.option("--policy", "policy", type=click.Path(path_type=Path), help="Ops policy YAML (default $CKO_POLICY).")
+@click.option("--fleet", "fleet", metavar="ADDRESS",
+              help="Run it on a Ray cluster (host:port, ray://..., auto); --gpus is then a count. See docs/fleet.md.")
+@click.option("--gpu-model", help="With --fleet: take the custom resource gpu:<MODEL> per GPU (e.g. H200).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @common
 @handled
 def exec_cmd(store: Path, as_json: bool, image: str, gpus: str | None, gpu_mode: str | None, timeout: float,
              mounts: tuple[str, ...], memory: str, pids: int, cpus: float | None, workdir: str,
-             policy: Path | None, cmd: tuple[str, ...]) -> Outcome:
+             policy: Path | None, fleet: str | None, gpu_model: str | None, cmd: tuple[str, ...]) -> Outcome:
     """Run CMD in the sandbox as a recorded Invocation (builds, compiler runs, probes).
 
     Output files written under /cko/out inside the container are hashed into the store.
@@ -73,9 +76,20 @@ def exec_cmd(store: Path, as_json: bool, image: str, gpus: str | None, gpu_mode:
                 mounts=[parse_mount(m) for m in mounts], timeout_s=timeout, memory=memory, pids=pids, cpus=cpus,
                 label="exec " + " ".join(cmd)[:80], workdir=workdir,
                 policy_path=str(policy) if policy else None)
+    if gpu_model and not fleet:
+        raise bad_request("--gpu-model: only with --fleet", field="gpu_model")
     st = Store(store)
     con = progress_console()
-    outcome = execute(st, plan, progress=lambda m: con.print(f"[dim]{m}[/]"))
+    if fleet:
+        from ..fleet import cli_session, placement_for
+
+        if gpus and gpus.isdigit():
+            plan.gpus = [str(i) for i in range(int(gpus))]  # a count: Ray picks the GPUs on the node
+        with cli_session(fleet) as fl:
+            outcome = fl.execute(st, plan, progress=lambda m: con.print(f"[dim]{m}[/]"),
+                                 placement=placement_for(plan, gpu_model=gpu_model))
+    else:
+        outcome = execute(st, plan, progress=lambda m: con.print(f"[dim]{m}[/]"))
     doc = outcome.result.model_dump(mode="json")
     human = invocation_table(doc)
     extra = []

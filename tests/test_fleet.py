@@ -1,0 +1,611 @@
+"""The fleet backend on a real local Ray cluster (two nodes on this machine) and the real Docker engine.
+
+Nothing is mocked: `ray start` runs a head and a worker node as subprocesses, cko runs its CLI as
+the controller, the containers run in the engine. The per-device combination tests need neither.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from runner.errors import CkoError
+from runner.fleet import (
+    DeviceAnalysis,
+    Placement,
+    analyse_device,
+    combine_per_device,
+    placement_for,
+    plan_from_wire,
+    plan_to_wire,
+)
+from runner.invocation import Plan
+from runner.sandbox import Mount
+from tests.conftest import run_cko
+
+RAY = Path(sys.executable).parent / "ray"
+NODE_RESOURCES = '{"gpu:FAKE": 2, "cko_slot": 2}'  # per node: four fake GPUs need both nodes
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ray(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(RAY), *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+class Cluster:
+    def __init__(self, address: str, client: str, scratch: Path, env: dict[str, str]) -> None:
+        self.address, self.client, self.scratch, self.env = address, client, scratch, env
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    pytest.importorskip("ray")
+    short = Path(tempfile.mkdtemp(prefix="ckoray-", dir="/tmp"))  # Ray's socket paths must stay short
+    scratch = short / "scratch"
+    env = os.environ | {
+        "CKO_FLEET_SCRATCH": str(scratch),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+    }
+    port, client_port = _free_port(), _free_port()
+    common = [
+        "--num-cpus",
+        "1",
+        "--resources",
+        NODE_RESOURCES,
+        "--object-store-memory",
+        "200000000",
+        "--disable-usage-stats",
+    ]
+    try:
+        head = _ray(
+            "start",
+            "--head",
+            "--port",
+            str(port),
+            "--ray-client-server-port",
+            str(client_port),
+            "--include-dashboard=false",
+            "--temp-dir",
+            str(short / "ray"),
+            *common,
+            env=env,
+        )
+        assert head.returncode == 0, head.stderr[-2000:]
+        worker = _ray("start", "--address", f"127.0.0.1:{port}", *common, env=env)
+        assert worker.returncode == 0, worker.stderr[-2000:]
+        c = Cluster(f"127.0.0.1:{port}", f"ray://127.0.0.1:{client_port}", scratch, env)
+        deadline = time.monotonic() + 60
+        while True:
+            r = run_cko("fleet", "status", "--fleet", c.address, "--no-probe", "--json", env=env, timeout=60)
+            if r.code == 0 and sum(n["alive"] for n in r.json["nodes"]) == 2:
+                break
+            assert time.monotonic() < deadline, (
+                f"cluster did not come up: {r.stdout[-500:]} {r.stderr[-800:]}"
+            )
+            time.sleep(1)
+        yield c
+    finally:
+        _ray("stop", "--force", env=env)
+        subprocess.run(["rm", "-rf", str(short)], check=False)
+
+
+def _containers(label: str) -> list:
+    import docker
+
+    return docker.from_env().containers.list(all=True, filters={"label": label})
+
+
+def _ts(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def _max_overlap(windows: list[tuple[float, float]]) -> int:
+    events = sorted([(s, 1) for s, _ in windows] + [(e, -1) for _, e in windows], key=lambda x: (x[0], x[1]))
+    cur = best = 0
+    for _, step in events:
+        cur += step
+        best = max(best, cur)
+    return best
+
+
+def _verify(store: Path, env: dict[str, str]) -> dict:
+    v = run_cko("verify", "--json", store=store, env=env)
+    assert v.code == 0 and v.json["ok"], v.stdout
+    return v.json
+
+
+# -- on the cluster -------------------------------------------------------------------------
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_status_lists_both_nodes_ready(cluster: Cluster) -> None:
+    r = run_cko("fleet", "status", "--fleet", cluster.address, "--json", env=cluster.env, timeout=120)
+    assert r.code == 0, r.stderr[-1500:]
+    nodes = [n for n in r.json["nodes"] if n["alive"]]
+    assert len(nodes) == 2
+    for n in nodes:
+        assert n["resources"]["gpu:FAKE"] == 2 and n["resources"]["cko_slot"] == 2
+        assert n["cko"]["ready"], n["cko"]["blockers"]
+        assert n["cko"]["engine"]["ok"] and n["cko"]["images"]["cpu"]["ok"]
+        assert n["cko"]["scratch"] == str(cluster.scratch)
+    assert r.json["totals"]["gpu:FAKE"] == 4
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_five_invocations_on_four_fake_gpus_run_four_at_once_and_land_verified(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    plans = {
+        "plans": [
+            {
+                "command": ["sh", "-c", f"sleep 6; echo ok-{i} > /cko/out/x"],
+                "label": f"screen-{i}",
+                "resources": {"gpu:FAKE": 1},
+                "timeout_s": 120,
+            }
+            for i in range(5)
+        ]
+    }
+    pf = tmp_path / "plans.json"
+    pf.write_text(json.dumps(plans))
+    t0 = time.monotonic()
+    r = run_cko(
+        "fleet",
+        "run",
+        "--fleet",
+        cluster.address,
+        "--plans",
+        str(pf),
+        "--json",
+        store=store,
+        env=cluster.env,
+        timeout=240,
+    )
+    elapsed = time.monotonic() - t0
+    assert r.code == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    invs = r.json["invocations"]
+    assert [i["label"] for i in invs] == [f"screen-{i}" for i in range(5)]
+    assert all(i["state"] == "succeeded" for i in invs), invs
+    # Ray gives each invocation one of the four fake GPUs: four at once, never five.
+    windows = [(_ts(i["started_at"]), _ts(i["ended_at"])) for i in invs]
+    assert _max_overlap(windows) == 4, (windows, elapsed)
+    assert len({i["node"]["node_id"] for i in invs}) == 2  # two fake GPUs per node: both nodes ran some
+    for n, i in enumerate(invs):
+        d = store / "invocations" / i["id"]
+        res = json.loads((d / "result.json").read_text())
+        assert res["state"] == "succeeded" and res["identity"]["image"]["name"] == "cpu"
+        (out,) = res["outputs"]
+        assert out["name"] == "x"
+        obj = store / "objects" / "sha256" / out["sha256"][:2] / out["sha256"]
+        assert obj.read_bytes() == f"ok-{n}\n".encode()
+        assert not _containers(f"org.cko.invocation={i['id']}")
+    v = _verify(store, cluster.env)
+    assert v["checked"]["invocations"] == 5 and v["checked"]["ledger_entries"] == 5
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_worker_killed_mid_run_is_abandoned_and_leaves_no_container(cluster: Cluster, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        "exec",
+        "--fleet",
+        cluster.address,
+        "--json",
+        "--store",
+        str(store),
+        "--",
+        "sh",
+        "-c",
+        "sleep 60",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster.env)
+    try:
+        deadline = time.monotonic() + 60
+        mine: list = []
+        while not mine:
+            assert time.monotonic() < deadline and proc.poll() is None, "the container never started"
+            mine = [
+                c
+                for c in _containers("org.cko.invocation")
+                if c.labels.get("org.cko.store", "").startswith(str(cluster.scratch))
+            ]
+            time.sleep(0.2)
+        (container,) = mine
+        inv_id = container.labels["org.cko.invocation"]
+        worker_pid = int(container.labels["org.cko.controller-pid"])  # the Ray worker running the sandbox
+        cmdline = Path(f"/proc/{worker_pid}/cmdline").read_bytes().decode(errors="replace")
+        assert "default_worker" in cmdline or "ray::" in cmdline, cmdline
+        os.kill(worker_pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-2000:]
+    doc = json.loads(out)
+    assert doc["id"] == inv_id and doc["state"] == "abandoned"
+    assert doc["cleanup"]["container_removed"] is True
+    res = json.loads((store / "invocations" / inv_id / "result.json").read_text())
+    assert res["state"] == "abandoned" and "lost" in res["reason"]
+    events = [
+        json.loads(x)["event"]
+        for x in (store / "invocations" / inv_id / "events.jsonl").read_text().splitlines()
+    ]
+    assert events[0] == "fleet_started" and events[-1] == "abandoned"
+    deadline = time.monotonic() + 30
+    while _containers(f"org.cko.invocation={inv_id}"):
+        assert time.monotonic() < deadline, "the killed worker's container is still there"
+        time.sleep(0.25)
+    _verify(store, cluster.env)
+    deadline = time.monotonic() + 30
+    while any(p.name.startswith("flt-") for p in cluster.scratch.iterdir()):
+        assert time.monotonic() < deadline, f"task dirs left on the node: {list(cluster.scratch.iterdir())}"
+        time.sleep(0.25)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_plan_timeout_holds_on_the_fleet(cluster: Cluster, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    r = run_cko(
+        "exec",
+        "--fleet",
+        cluster.address,
+        "--timeout",
+        "2",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "sleep 30",
+        store=store,
+        env=cluster.env,
+        timeout=120,
+    )
+    assert r.code == 4, r.stderr[-1500:]
+    assert r.json["state"] == "timed_out" and r.json["duration_s"] < 15
+    assert r.json["cleanup"]["container_removed"] is True
+    assert not _containers(f"org.cko.invocation={r.json['id']}")
+    _verify(store, cluster.env)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_ray_client_address_and_shipped_inputs(cluster: Cluster, tmp_path: Path) -> None:
+    src = tmp_path / "inputs"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "a.txt").write_text("shipped\n")
+    req = tmp_path / "req.json"
+    req.write_text('{"k": 1}\n')
+    store = tmp_path / "store"
+    r = run_cko(
+        "exec",
+        "--fleet",
+        cluster.client,
+        "--json",
+        "--mount",
+        f"{src}:/cko/in",
+        "--mount",
+        f"{req}:/cko/request/r.json",
+        "--",
+        "sh",
+        "-c",
+        "cat /cko/in/sub/a.txt /cko/request/r.json > /cko/out/y; touch /cko/in/w 2>/dev/null "
+        "&& echo writable || echo read-only",
+        store=store,
+        env=cluster.env,
+        timeout=120,
+    )
+    assert r.code == 0, r.stderr[-1500:]
+    assert r.json["stdout_tail"].strip() == "read-only"
+    (out,) = r.json["outputs"]
+    assert (
+        store / "objects" / "sha256" / out["sha256"][:2] / out["sha256"]
+    ).read_bytes() == b'shipped\n{"k": 1}\n'
+    # The request records what was mounted on the node: the shipped copy under its scratch, never the source.
+    req_doc = json.loads((store / "invocations" / r.json["id"] / "request.json").read_text())
+    assert all(m["source"].startswith(str(cluster.scratch)) for m in req_doc["mounts"])
+    _verify(store, cluster.env)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_policy_refusal_is_recorded_by_the_controller(cluster: Cluster, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("max_timeout_s: 10\n")
+    store = tmp_path / "store"
+    r = run_cko(
+        "exec",
+        "--fleet",
+        cluster.address,
+        "--policy",
+        str(policy),
+        "--timeout",
+        "100",
+        "--json",
+        "--",
+        "true",
+        store=store,
+        env=cluster.env,
+        timeout=120,
+    )
+    assert r.code == 3, r.stdout + r.stderr[-1500:]
+    inv = r.json["detail"]["invocation"]
+    res = json.loads((store / "invocations" / inv / "result.json").read_text())
+    assert res["state"] == "refused"
+    _verify(store, cluster.env)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_node_lost_mid_run_is_abandoned_and_its_watchdog_removes_the_container(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # A third node that only this test's invocation can use (resource cko_victim); its raylet is killed.
+    started = _ray(
+        "start",
+        "--address",
+        cluster.address,
+        "--num-cpus",
+        "0",
+        "--resources",
+        '{"cko_victim": 1}',
+        "--object-store-memory",
+        "100000000",
+        "--disable-usage-stats",
+        env=cluster.env,
+    )
+    assert started.returncode == 0, started.stderr[-1500:]
+    st = run_cko("fleet", "status", "--fleet", cluster.address, "--no-probe", "--json", env=cluster.env)
+    (victim,) = [n for n in st.json["nodes"] if n["alive"] and "cko_victim" in n["resources"]]
+    plans = tmp_path / "plans.json"
+    plans.write_text(
+        json.dumps(
+            {
+                "plans": [
+                    {
+                        "command": ["sh", "-c", "sleep 120"],
+                        "label": "victim",
+                        "resources": {"cko_victim": 1},
+                        "slots": 0,
+                    }
+                ]
+            }
+        )
+    )
+    store = tmp_path / "store"
+    cmd = [
+        sys.executable,
+        "-m",
+        "runner",
+        "fleet",
+        "run",
+        "--fleet",
+        cluster.address,
+        "--plans",
+        str(plans),
+        "--json",
+        "--store",
+        str(store),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster.env)
+    try:
+        deadline = time.monotonic() + 60
+        mine: list = []
+        while not mine:
+            assert time.monotonic() < deadline and proc.poll() is None, "the container never started"
+            mine = [
+                c
+                for c in _containers("org.cko.invocation")
+                if c.labels.get("org.cko.store", "").startswith(str(cluster.scratch))
+            ]
+            time.sleep(0.2)
+        inv_id = mine[0].labels["org.cko.invocation"]
+        raylets = [
+            int(p.name)
+            for p in Path("/proc").iterdir()
+            if p.name.isdigit() and f"--node_id={victim['node_id']}".encode() in _cmdline(p)
+        ]
+        assert len(raylets) == 1, raylets
+        os.kill(raylets[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-2000:]
+    (doc,) = json.loads(out)["invocations"]
+    assert doc["id"] == inv_id and doc["state"] == "abandoned" and doc["node"]["node_id"] == victim["node_id"]
+    res = json.loads((store / "invocations" / inv_id / "result.json").read_text())
+    assert res["state"] == "abandoned"
+    assert (
+        res["cleanup"]["container_removed"] is None and "watchdog" in res["cleanup"]["reason"]
+    )  # unconfirmed
+    deadline = time.monotonic() + 30
+    while _containers(f"org.cko.invocation={inv_id}"):  # the node's watchdog, not the controller, removed it
+        assert time.monotonic() < deadline, "the lost node's container is still there"
+        time.sleep(0.25)
+    _verify(store, cluster.env)
+
+
+EXECUTOR_SCRIPT = """
+import json, sys
+from runner.fleet import cli_session
+from runner.invocation import Plan
+from runner.store import Store
+
+with cli_session(sys.argv[1]) as fl:
+    run = fl.executor()  # what run_measurement would call instead of invocation.execute
+    plan = Plan(op="exec", command=["sh", "-c", "echo '{\\"n\\": 7}' > /cko/out/result.json"], label="drop-in")
+    out = run(Store(sys.argv[2]), plan, keep_outputs=True)
+    doc = {"id": out.id, "state": out.result.state, "read": out.read_json("result.json"),
+           "probe": sorted(out.meta)}
+    out.close()
+    doc["closed"] = out.out_dir is None
+print(json.dumps(doc))
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_executor_is_a_drop_in_for_execute_with_kept_outputs(cluster: Cluster, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    p = subprocess.run(
+        [sys.executable, "-c", EXECUTOR_SCRIPT, cluster.address, str(store)],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    assert doc["state"] == "succeeded" and doc["read"] == {"n": 7} and doc["closed"]
+    assert "probe.json" in doc["probe"]  # the in-container probe's metadata came back with the outputs
+    assert not (store / "scratch" / doc["id"]).exists()
+    _verify(store, cluster.env)
+
+
+def test_unreachable_fleet_fails_fast() -> None:
+    pytest.importorskip("ray")
+    t0 = time.monotonic()
+    r = run_cko("fleet", "status", "--fleet", f"127.0.0.1:{_free_port()}", "--json")
+    assert r.code == 5 and r.json["error"] == "fleet_unreachable"
+    assert time.monotonic() - t0 < 30
+    r = run_cko("exec", "--fleet", "not-an-address", "--json", "--", "true")
+    assert r.code == 2 and r.json["field"] == "fleet"
+
+
+def _cmdline(proc_dir: Path) -> bytes:
+    try:
+        return (proc_dir / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+# -- without a cluster ----------------------------------------------------------------------
+
+
+def test_placement_resources() -> None:
+    plan = Plan(op="exec", command=["true"], gpus=["0", "1"])
+    p = placement_for(plan, gpu_model="H200")
+    assert p.num_gpus == 2 and p.resource_request() == {"gpu:H200": 2.0}
+    assert Placement().resource_request() == {"cko_slot": 1.0}
+    assert Placement(resources={"gpu:FAKE": 1}).resource_request() == {"gpu:FAKE": 1.0, "cko_slot": 1.0}
+    with pytest.raises(CkoError) as e:
+        placement_for(Plan(op="exec", command=["true"], gpus=["all"]))
+    assert e.value.field == "gpus"
+    with pytest.raises(CkoError) as e:  # pinned devices need a pinned node and one UUID per GPU
+        Placement(num_gpus=1, devices=["GPU-a"]).ray_options()
+    assert e.value.field == "devices"
+
+
+def test_plan_travels_as_data_and_shipped_inputs_are_verified(tmp_path: Path) -> None:
+    src = tmp_path / "h"
+    (src / "d").mkdir(parents=True)
+    (src / "d" / "run.sh").write_text("echo hi\n")
+    (src / "d" / "run.sh").chmod(0o755)
+    (src / "empty").mkdir()
+    f = tmp_path / "plan.json"
+    f.write_text("{}")
+    plan = Plan(
+        op="measure",
+        command=["x"],
+        mounts=[
+            Mount(str(src), "/cko/harness"),
+            Mount(str(f), "/cko/p.json"),
+            Mount("/node/path", "/cko/rw", read_only=False),
+        ],
+        parent={"target": {"id": "tgt-x"}},
+    )
+    wire, blobs = plan_to_wire(plan)
+    json.dumps(wire)  # plain data only
+    assert [("shipped" in m) for m in wire["mounts"]] == [True, True, False]
+    back = plan_from_wire(wire, blobs, tmp_path / "node")
+    assert back.parent == plan.parent and back.command == plan.command
+    h, p, rw = back.mounts
+    assert (Path(h.source) / "d" / "run.sh").read_text() == "echo hi\n"
+    assert os.access(Path(h.source) / "d" / "run.sh", os.X_OK) and (Path(h.source) / "empty").is_dir()
+    assert Path(p.source).read_text() == "{}" and p.target == "/cko/p.json"
+    assert (rw.source, rw.read_only) == ("/node/path", False)  # never shipped: must exist on the node
+    altered = {k: b"tampered" for k in blobs}
+    with pytest.raises(CkoError) as e:
+        plan_from_wire(wire, altered, tmp_path / "node2")
+    assert e.value.code == "ship_corrupt"
+
+
+def _dev(device: str, verdict: str, effect: float, pool: dict | None = None) -> dict:
+    return {
+        "device": device,
+        "verdict": verdict,
+        "effect_pct": effect,
+        "ci_low_pct": effect - 1,
+        "ci_high_pct": effect + 1,
+        "pool": pool or {"devices.name": ["NVIDIA H200"]},
+    }
+
+
+def test_combine_per_device_rules() -> None:
+    c = combine_per_device([_dev("GPU-a", "accepted", 8.0), _dev("GPU-b", "accepted", 6.0)])
+    assert c.verdict == "accepted" and c.agreement and c.effect_range_pct == [6.0, 8.0]
+    assert [d.device for d in c.devices] == ["GPU-a", "GPU-b"]
+    c = combine_per_device([_dev("GPU-a", "accepted", 8.0), _dev("GPU-b", "inconclusive", 2.0)])
+    assert c.verdict == "inconclusive" and not c.agreement and c.reasons == ["GPU-b: inconclusive"]
+    c = combine_per_device([_dev("GPU-a", "accepted", 8.0), _dev("GPU-b", "regressed", -3.0)])
+    assert c.verdict == "regressed"
+    c = combine_per_device([_dev("GPU-a", "below_minimum", 1.0), _dev("GPU-b", "accepted", 6.0)])
+    assert c.verdict == "below_minimum"
+    with pytest.raises(CkoError) as e:
+        combine_per_device(
+            [
+                _dev("GPU-a", "accepted", 8.0),
+                _dev("GPU-b", "accepted", 8.0, {"devices.name": ["NVIDIA A100"]}),
+            ]
+        )
+    assert e.value.code == "mixed_identity_pool"
+    with pytest.raises(CkoError):
+        combine_per_device([_dev("GPU-a", "accepted", 8.0), _dev("GPU-a", "accepted", 8.0)])
+    with pytest.raises(CkoError):
+        combine_per_device([])
+
+
+def test_analyse_device_uses_the_paired_statistics() -> None:
+    ref = [10.0 + 0.01 * (i % 5) for i in range(30)]
+    fast = [0.8 * x for x in ref]
+    same = list(ref)
+    a = analyse_device("GPU-a", ref, fast, direction="lower", min_effect_pct=5.0, resamples=500)
+    b = analyse_device("GPU-b", ref, same, direction="lower", min_effect_pct=5.0, resamples=500)
+    assert isinstance(a, DeviceAnalysis) and a.verdict == "accepted" and a.n_pairs == 30
+    assert a.effect_pct is not None and 20 < a.effect_pct < 30
+    assert b.verdict == "below_minimum"
+    assert combine_per_device([a, b]).verdict == "below_minimum"
+
+
+def test_combine_cli(tmp_path: Path) -> None:
+    f = tmp_path / "devices.json"
+    f.write_text(json.dumps([_dev("GPU-a", "accepted", 8.0), _dev("GPU-b", "accepted", 7.0)]))
+    r = run_cko("fleet", "combine", "--results", str(f), "--json")
+    assert r.code == 0 and r.json["verdict"] == "accepted" and len(r.json["devices"]) == 2
+    f.write_text(json.dumps([{"device": "GPU-a"}]))
+    r = run_cko("fleet", "combine", "--results", str(f), "--json")
+    assert r.code == 2 and r.json["field"] == "results[0]"
