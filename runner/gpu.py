@@ -143,7 +143,7 @@ def check_modes(engine_info: dict[str, Any] | None, gpus: HostGpus) -> list[Mode
         else:
             out.append(ModeCheck("nvidia", False, "nvidia-container-toolkit not installed (no nvidia runtime)",
                                  "install nvidia-container-toolkit, or use --gpu-mode devices"))
-        specs = [p for d in ("/etc/cdi", "/var/run/cdi") for p in Path(d).glob("*nvidia*")] if True else []
+        specs = [p for d in ("/etc/cdi", "/var/run/cdi") for p in Path(d).glob("*nvidia*")]
         version = str((engine_info or {}).get("ServerVersion", "0"))
         major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0
         if specs and major >= 25:

@@ -23,7 +23,7 @@ from . import gpu as gpumod
 from . import images as img
 from . import policy as pol
 from . import sandbox
-from .canonical import canonical_bytes, sha256_bytes, sha256_file
+from .canonical import canonical_bytes, sha256_file
 from .errors import CkoError, Exit, unavailable
 from .identity import EngineIdentity, EnvironmentIdentity, ImageIdentity, host_identity
 from .locks import FileLock, gpu_lock
@@ -265,30 +265,30 @@ def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = N
             keep_outputs: bool = False) -> Outcome:
     """Run one invocation to a terminal state and record it. Refusals are recorded and raised."""
     policy, policy_path = pol.load_policy(plan.policy_path)
-    try:
+    image_id: str | None = None
+
+    @contextlib.contextmanager
+    def recording_refusals() -> Iterator[None]:
+        """A policy refusal is recorded as a `refused` invocation before it is raised."""
+        try:
+            yield
+        except CkoError as err:
+            if err.exit_code == Exit.REFUSED:
+                err.detail = {"invocation": refuse(store, plan, err, image_id).id}
+            raise
+
+    with recording_refusals():
         check_plan(plan, policy)
-    except CkoError as err:
-        if err.exit_code == Exit.REFUSED:
-            res = refuse(store, plan, err)
-            err.detail = {"invocation": res.id}
-        raise
     client = img.docker_client()
     entry = img.resolve(plan.image, client)
-    try:
+    image_id = entry.image_id
+    with recording_refusals():
         pol.check_image(policy, entry.image_id)
-    except CkoError as err:
-        res = refuse(store, plan, err, entry.image_id)
-        err.detail = {"invocation": res.id}
-        raise
     reap_orphans(store, client)
     hg = gpumod.host_gpus() if plan.gpus else gpumod.HostGpus(False, "no GPU requested")
     uuids = _resolve_gpus(plan, hg)
-    try:
+    with recording_refusals():
         pol.check_gpus(policy, uuids)
-    except CkoError as err:
-        res = refuse(store, plan, err, entry.image_id)
-        err.detail = {"invocation": res.id}
-        raise
     mode = "none"
     if uuids:
         checks = gpumod.check_modes(client.info(), hg)
@@ -489,6 +489,3 @@ def wait_for_result(store: Store, inv_id: str, timeout: float) -> InvocationResu
         time.sleep(0.2)
     return load_result(store, inv_id)
 
-
-def request_digest(req: InvocationRequest) -> str:
-    return sha256_bytes(canonical_bytes(req))

@@ -10,7 +10,6 @@ by a killed controller can be found and removed by the next cko command.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -302,15 +301,3 @@ def run(client: Any, spec: ContainerSpec, on_event: Callable[[str, dict[str, Any
 def find_containers(client: Any, store_root: str) -> list[Any]:
     return list(client.containers.list(all=True, filters={"label": f"{LABEL}.store={store_root}"}))
 
-
-def controller_alive(labels: dict[str, str]) -> bool:
-    pid = labels.get(f"{LABEL}.controller-pid")
-    if not pid or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

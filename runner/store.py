@@ -8,7 +8,6 @@ records are never overwritten: a second write of the same id is an error, so a r
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
@@ -241,6 +240,3 @@ class Store:
             )
         write_replace(self.champion_path, data)
 
-
-def disk_full(exc: OSError) -> bool:
-    return exc.errno in (errno.ENOSPC, errno.EDQUOT)

@@ -133,7 +133,7 @@ def run_driver(plan: MeasurePlan, sub: DriverRequest, n: int, work: Path) -> tup
     return res, info
 
 
-def merge(parts: list[DriverResult], req: DriverRequest) -> DriverResult:
+def merge(parts: list[DriverResult]) -> DriverResult:
     by: dict[tuple[str, str], list[Series]] = {}
     for p in parts:
         for s in p.series:
@@ -181,7 +181,7 @@ def measure(plan: MeasurePlan, out: Path, work: Path) -> dict[str, Any]:
         parts.append(res)
     doc: dict[str, Any] = {"processes": processes, "failure": failure, "acquisition": plan.acquisition}
     if failure is None and parts:
-        merged = merge(parts, plan.request)
+        merged = merge(parts)
         errs = validate_result(plan.request, merged)
         doc["contract_errors"] = [e.model_dump() for e in errs]
         if errs:

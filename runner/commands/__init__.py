@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
 
 import click
 
@@ -58,9 +57,3 @@ class LazyGroup(click.Group):
             return None
         return _load(module).get(cmd_name)
 
-
-def register(cli: Any) -> None:
-    """Kept for callers that build their own group: add every command eagerly."""
-    for module in dict.fromkeys(COMMANDS.values()):
-        for command in _load(module).values():
-            cli.add_command(command)

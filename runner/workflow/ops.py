@@ -478,7 +478,7 @@ def _merge_results(parts: list[Any]) -> Any:
         return parts[0]
     from operations.ops.measure import merge
 
-    return merge(parts, None)  # type: ignore[arg-type]
+    return merge(parts)
 
 
 # -- champion -------------------------------------------------------------------------------
