@@ -34,9 +34,10 @@ typecheck: venv
 test: images lint typecheck
 	CKO_REQUIRE_DOCKER=1 $(VENV)/bin/pytest -q
 
-# On a machine with an NVIDIA GPU (the lent H200): see tests/gpu/README.md.
-gpu-test: images
-	$(VENV)/bin/pytest -q -m gpu tests/gpu
+# On the lent H200 (no package index, no Docker: .carry from tests/gpu/make_carry.sh brings both):
+# the engine, the cuda image, then every test marked gpu. See tests/gpu/README.md.
+gpu-test:
+	bash tests/gpu/acceptance.sh pytest
 
 demo: images
 	$(CKO) demo

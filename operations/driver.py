@@ -223,25 +223,48 @@ class _Clocks:
 # replaces any of their attributes (to fake a timer, a sync, or the reference's arithmetic) is caught.
 GUARDED_MODULES = ("builtins", "time", "gc", "threading", "numpy", "numpy.linalg", "numpy.random", "math",
                    "torch", "torch.cuda", "cupy", "operations.driver", "operations.protocol")
+# Classes whose methods the reference and the comparison call (`x.double()`, `t.cpu().numpy()`): a
+# module's snapshot holds the class object, which stays the same when one of its methods is swapped.
+GUARDED_CLASSES = (("torch", "Tensor"), ("torch.cuda", "Event"), ("torch.cuda", "Stream"), ("cupy", "ndarray"))
 
 
-def module_snapshot() -> dict[str, dict[str, int]]:
-    snap: dict[str, dict[str, int]] = {}
+def _guarded_classes() -> list[type]:
+    out: list[type] = []
+    for mod_name, cls_name in GUARDED_CLASSES:
+        cls = getattr(sys.modules.get(mod_name), cls_name, None)
+        if isinstance(cls, type):
+            out += [c for c in cls.__mro__ if c is not object and c not in out]
+    return out
+
+
+def module_snapshot() -> dict[str, dict[str, Any]]:
+    """The callables of the guarded modules and every attribute of the guarded classes (and their bases).
+
+    The objects themselves are kept, not their ids: a replaced function that was freed could hand its
+    id to the replacement.
+    """
+    snap: dict[str, dict[str, Any]] = {}
     for name in GUARDED_MODULES:
         mod = sys.modules.get(name)
         if mod is None:
             continue
-        snap[name] = {k: id(v) for k, v in list(vars(mod).items()) if callable(v)}
+        snap[name] = {k: v for k, v in list(vars(mod).items()) if callable(v)}
+    for cls in _guarded_classes():
+        snap[f"{cls.__module__}.{cls.__qualname__}"] = dict(vars(cls))
     return snap
 
 
-def snapshot_changes(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> list[str]:
+def snapshot_changes(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[str]:
+    """Names bound in `before` that are gone or bound to another object in `after`, and names added to a class."""
     out = []
-    for mod, names in before.items():
-        now = after.get(mod, {})
-        for k, ident in names.items():
-            if now.get(k) != ident:
-                out.append(f"{mod}.{k}")
+    class_names = {k for owner, names in before.items() if owner not in GUARDED_MODULES for k in names}
+    for owner, names in before.items():
+        now = after.get(owner, {})
+        for k, obj in names.items():
+            if k not in now or now[k] is not obj:
+                out.append(f"{owner}.{k}")
+        if owner not in GUARDED_MODULES:  # a class: a name added to it may shadow a base class's method
+            out += [f"{owner}.{k}" for k in now.keys() - names.keys() if k in class_names]
     return out
 
 

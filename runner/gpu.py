@@ -211,11 +211,16 @@ def grant(mode: str, uuids: list[str], gpus: HostGpus) -> GpuGrant:
                 raise ValueError(f"no device node known for {u}")
             g.devices.append(f"/dev/nvidia{minor}:/dev/nvidia{minor}:rwm")
         for soname, path in driver_libraries().items():
-            g.binds.append((path, f"{IN_CONTAINER_LIB}/{soname}"))
+            # Under the soname and under the real file name: a library that another opens by its
+            # versioned name (libnvidia-ptxjitcompiler asks for libnvidia-gpucomp.so.<driver>) finds it.
+            for name in dict.fromkeys((soname, Path(path).name)):
+                g.binds.append((path, f"{IN_CONTAINER_LIB}/{name}"))
         smi = nvidia_smi()
         if smi:
             g.binds.append((smi, f"{IN_CONTAINER_BIN}/nvidia-smi"))
         g.env["LD_LIBRARY_PATH"] = IN_CONTAINER_LIB
+        # Triton links its launcher against libcuda found here (the image's linker cache names none).
+        g.env["TRITON_LIBCUDA_PATH"] = IN_CONTAINER_LIB
     else:
         raise ValueError(f"unknown GPU passthrough mode {mode}")
     return g

@@ -84,3 +84,39 @@ def cko():
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
     return tmp_path / "store"
+
+
+# -- adversarial candidates (issue 10): the CPU suite and the GPU suite share these two steps -------------
+
+def adversarial_target(example: Path, tmp: Path, case: dict, *, pairs: int = 12, warmup: int = 2) -> dict:
+    """Freeze a Target of `example` on one small case, with the check share and pairs the suite needs.
+
+    check_fraction 0.5 over `pairs` pairs: a candidate right only on the first checked run escapes
+    with probability 0.5 ** (pairs - 1).
+    """
+    import shutil
+
+    work = tmp / example.name
+    shutil.copytree(example, work, ignore=shutil.ignore_patterns("__pycache__", "candidate"))
+    req = json.loads((work / "readiness.json").read_text())
+    req["cases"] = [case]
+    req["accuracy"]["check_fraction"] = 0.5
+    req["plan"].update({"warmup": warmup, "acquisition": "same_process", "target_pairs": pairs})
+    (work / "readiness.json").write_text(json.dumps(req))
+    store = tmp / "store"
+    r = run_cko("readiness", "--request", str(work / "readiness.json"), "--json", store=store, timeout=900)
+    assert r.code == 0, r.stdout[-3000:]
+    return {"work": work, "store": store, "id": r.json["target"]["id"]}
+
+
+def run_candidate(target: dict, path: Path, name: str) -> tuple[Result, dict]:
+    """Register `path` as a variant of the target and run a target-stage experiment (seed 5) on it."""
+    vreq = target["work"] / f"variant-{name}.json"
+    vreq.write_text(json.dumps({"path": str(path), "claim": f"adversarial: {name}"}))
+    v = run_cko("variant", "--request", str(vreq), "--target", target["id"], "--json", store=target["store"])
+    assert v.code == 0, v.stdout
+    ereq = target["work"] / f"exp-{name}.json"
+    ereq.write_text(json.dumps({"stage": "target", "seed": 5}))
+    r = run_cko("experiment", "--request", str(ereq), "--target", target["id"], "--variant",
+                v.json["variant"]["id"], "--json", store=target["store"], timeout=900)
+    return r, r.json

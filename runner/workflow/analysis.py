@@ -71,7 +71,9 @@ def analyse_case(target: Target, res: DriverResult, case: str, ref_id: str, cand
                                            resamples=target.plan.bootstrap_resamples, metric=c.metric.name
                                            ).model_dump(mode="json"))
     return CaseAnalysis(case=case, pairs=len(a), excluded_pairs=excluded, exclusion_rule=RAMP_RULE if
-                        target.plan.exclude_ramping else "none", primary=primary, constraints=cons)
+                        target.plan.exclude_ramping else "none", primary=primary, constraints=cons,
+                        reference_median=statistics.median(a) if a else None,
+                        candidate_median=statistics.median(b) if b else None)
 
 
 def combine(verdicts: list[str]) -> str:

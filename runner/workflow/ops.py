@@ -470,7 +470,8 @@ def experiment_doc(rec: Experiment, ref: Ref) -> dict[str, Any]:
             "cases": [{"case": c.case, "pairs": c.pairs, "excluded": c.excluded_pairs,
                        "effect_pct": c.primary.get("effect_pct"), "ci_low_pct": c.primary.get("ci_low_pct"),
                        "ci_high_pct": c.primary.get("ci_high_pct"), "wilcoxon_p": c.primary.get("wilcoxon_p"),
-                       "verdict": c.primary.get("verdict")} for c in rec.cases]}
+                       "verdict": c.primary.get("verdict"), "reference_median": c.reference_median,
+                       "candidate_median": c.candidate_median} for c in rec.cases]}
 
 
 def _merge_results(parts: list[Any]) -> Any:

@@ -96,6 +96,9 @@ class CaseAnalysis(Closed):
     exclusion_rule: str
     primary: dict[str, Any]  # stats result for the primary metric
     constraints: list[dict[str, Any]] = Field(default_factory=list)
+    # medians of the primary metric over the kept pairs, in its unit: what each subject achieved
+    reference_median: float | None = None
+    candidate_median: float | None = None
 
 
 class Experiment(Closed):

@@ -1,42 +1,77 @@
-"""Print the acceptance figures from the JSON files the GPU run wrote (a short table)."""
+"""Print the acceptance figures from the JSON files the GPU run wrote (a short table).
+
+Usage: python3 tests/gpu/summarize.py /tmp/acc   (what acceptance.sh leaves there; missing parts are named)
+"""
 
 import json
 import sys
 from pathlib import Path
 
 out = Path(sys.argv[1])
-ceil = json.loads((out / "ceilings.json").read_text()) if (out / "ceilings.json").exists() else {}
-for ex, bytes_fn in (("torch-layernorm", lambda p: 2 * (2 * p["rows"] * p["cols"] + 2 * p["cols"])),
-                     ("cuda-reduce", lambda p: 4 * (p["rows"] * p["cols"] + p["rows"]))):
-    st = out / ex
+
+
+def load(name):
     try:
-        ready = json.loads((Path(f"{st}.readiness.json")).read_text())
-        base = json.loads((Path(f"{st}.baseline.json")).read_text())
-        tgt = json.loads((Path(f"{st}.target.json")).read_text())
-        audit = json.loads((Path(f"{st}.audit.json")).read_text())
-    except (OSError, ValueError) as exc:
-        print(f"{ex}: incomplete ({exc})")
+        return json.loads((out / name).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+ceil = load("ceilings.json") or {}
+bw = ceil.get("copy_bytes_per_s", float("nan"))
+if ceil:
+    print(f"ceilings: copy {bw / 1e12:.2f} TB/s (read+write), bf16 matmul {ceil.get('bf16_flops_per_s', float('nan')) / 1e12:.0f} TFLOP/s")
+MIN_BYTES = {"torch-layernorm": lambda p: 2 * (2 * p["rows"] * p["cols"] + 2 * p["cols"]),
+             "cuda-reduce": lambda p: 4 * (p["rows"] * p["cols"] + p["rows"])}
+for ex, bytes_fn in MIN_BYTES.items():
+    ready, base, tgt, sel, audit = (load(f"{ex}.{k}.json") for k in ("readiness", "baseline", "target", "select", "audit"))
+    if not ready or "target" not in ready:
+        print(f"{ex}: readiness incomplete: {(ready or {}).get('message') or (ready or {}).get('blockers')}")
         continue
-    if "cases" not in base or "cases" not in tgt:
-        print(f"{ex}: incomplete (baseline: {base.get('message')}, target: {tgt.get('message')})")
-        continue
-    rd = ready
-    params = json.loads(Path(f"examples/{ex}/readiness.json").read_text())["cases"][0]["params"]
-    med_ms = base["cases"][0]["median"]
-    c = tgt["cases"][0]
-    cand_ms = med_ms / (1 + c["effect_pct"] / 100) if c.get("effect_pct") is not None else float("nan")
-    b = bytes_fn(params)
-    bw = ceil.get("copy_bytes_per_s", float("nan"))
-    ident = (rd.get("identity") or {})
+    ident = ready.get("identity") or {}
     dev = (ident.get("devices") or [{}])[0]
-    print(f"{ex}: gpu {dev.get('name')} {dev.get('uuid')} driver {ident.get('driver_version')} "
-          f"image {(ident.get('image') or {}).get('id', '')[:19]}")
-    print(f"  original {med_ms:.3f} ms = {b / (med_ms / 1e3) / 1e12:.2f} TB/s ({b / (med_ms / 1e3) / bw:.0%} of copy ceiling); "
-          f"candidate ~{cand_ms:.3f} ms = {b / (cand_ms / 1e3) / 1e12:.2f} TB/s ({b / (cand_ms / 1e3) / bw:.0%})")
+    print(f"{ex}: target {ready['target']['id']} gpu {dev.get('name')} {dev.get('uuid')} driver "
+          f"{ident.get('driver_version')} image {(ident.get('image') or {}).get('id', '')[:19]}")
+    if not base or "cases" not in base:
+        print(f"  baseline incomplete: {(base or {}).get('message')}")
+        continue
+    print(f"  baseline median {base['cases'][0]['median']:.4f} ms; A/A resolution {base['resolution_pct']:.2f}%")
+    if not tgt or not tgt.get("cases"):
+        print(f"  target stage incomplete: {(tgt or {}).get('outcome')} {(tgt or {}).get('reasons') or (tgt or {}).get('message')}")
+        continue
+    params = json.loads(Path(f"examples/{ex}/readiness.json").read_text())["cases"][0]["params"]
+    b = bytes_fn(params)
+    c = tgt["cases"][0]
+    for who in ("reference", "candidate"):
+        ms = c.get(f"{who}_median")
+        if ms:
+            print(f"  {who:9} {ms:.4f} ms = {b / (ms / 1e3) / 1e12:.2f} TB/s = {b / (ms / 1e3) / bw:.1%} of the copy ceiling")
     print(f"  gain {c['effect_pct']:+.1f}% CI [{c['ci_low_pct']:+.1f}, {c['ci_high_pct']:+.1f}] over {c['pairs']} pairs: "
-          f"{tgt['outcome']}; A/A resolution {base['resolution_pct']:.2f}%; audit holds: {audit.get('holds')}")
+          f"{tgt['outcome']}; champion selected: {bool(sel and sel.get('selection'))}; "
+          f"audit holds: {(audit or {}).get('holds')}")
+ov = load("overhead-driver.json")
+if ov:
+    print(f"overhead: driver bare {ov['bare']['wall_s']} s, in cko exec {ov['cko_exec']['wall_s']} s "
+          f"({ov['overhead_s']:+.2f} s); kernel median {ov['bare']['median_ms']:.4f} vs {ov['cko_exec']['median_ms']:.4f} ms")
+ncu = load("ncu-collect.json")
+if ncu:
+    facts = ncu.get("facts") or {}
+    launches = facts.get("launches") or []
+    print(f"ncu --collect: state {ncu.get('state')}, limitation {ncu.get('limitation') or facts.get('limitation')}, "
+          f"{len(launches)} launch(es) {ncu.get('message') or ''}".strip())
+    for la in launches[:4]:
+        print(f"  {str(la.get('name'))[:40]:40} {la.get('duration_ns')} ns, DRAM {la.get('dram_throughput_pct')}%, "
+              f"occupancy {la.get('achieved_occupancy_pct')}%, {la.get('registers_per_thread')} regs")
+sass = load("sass.json")
+if sass:
+    print(f"sass --binary: {len(sass.get('functions') or [])} function(s) {sass.get('message') or ''}".strip())
+adv = out / "adversarial.txt"
+if adv.exists():
+    print("GPU adversarial: " + (adv.read_text().strip().splitlines() or ["(no output)"])[-1])
 aa = out / "aa.jsonl"
 if aa.exists():
     rows = [json.loads(x) for x in aa.read_text().splitlines() if x.strip()]
     acc = sum(1 for r in rows if r.get("outcome") == "accepted")
-    print(f"A/A experiments: {acc}/{len(rows)} accepted (false positives)")
+    effects = sorted(c["effect_pct"] for r in rows for c in (r.get("cases") or []) if c.get("effect_pct") is not None)
+    span = f"; effects {effects[0]:+.2f} .. {effects[-1]:+.2f}%" if effects else ""
+    print(f"A/A experiments: {acc}/{len(rows)} accepted (false positives){span}")

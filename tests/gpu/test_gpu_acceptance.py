@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cko
+from tests.conftest import ROOT, adversarial_target, run_candidate, run_cko
 
 pytestmark = [pytest.mark.gpu, pytest.mark.docker]
 
@@ -45,3 +45,38 @@ def test_loop_on_gpu_example(example: str, store: Path) -> None:
                 v["variant"]["id"], "--json", store=store, timeout=900)
     assert t.code == 0, t.stdout
     assert t.json["outcome"] == "accepted", json.dumps(t.json)[:2000]
+
+
+GPU_ADV = ROOT / "tests" / "adversarial" / "gpu"
+GPU_CANDIDATES = sorted(p.name for p in GPU_ADV.iterdir() if (p / "kernel.py").is_file())
+# What each must end in; a tuple where either defence may fire first. side_stream does the original's work
+# honestly timed (the device-wide synchronise): not voided, just not faster.
+GPU_EXPECTED = {
+    "side_stream": ("below_minimum", "inconclusive", "regressed"),
+    "deferred_thread": ("integrity_violation", "failed_accuracy"),
+    "cache_by_ptr": ("failed_accuracy",),
+    "patched_sync": ("integrity_violation",),
+    "patched_tensor_method": ("integrity_violation",),
+    "nan_output": ("failed_accuracy",),
+    "check_detector": ("failed_accuracy",),
+}
+
+
+@pytest.fixture(scope="module")
+def layernorm_target(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    case = {"id": "bf16_8192x4096", "params": {"rows": 8192, "cols": 4096, "dtype": "bf16"}}
+    return adversarial_target(ROOT / "examples" / "torch-layernorm", tmp_path_factory.mktemp("gpu-adv"), case,
+                              warmup=5)
+
+
+def test_every_gpu_candidate_has_an_expectation() -> None:
+    assert set(GPU_CANDIDATES) == set(GPU_EXPECTED)
+
+
+@pytest.mark.parametrize("name", GPU_CANDIDATES)
+def test_gpu_adversarial_candidate_is_never_accepted(layernorm_target: dict, name: str) -> None:
+    r, doc = run_candidate(layernorm_target, GPU_ADV / name, name)
+    assert doc.get("outcome") != "accepted" and doc.get("primary_verdict") != "accepted", json.dumps(doc)[:3000]
+    got = doc.get("outcome") if doc.get("outcome") in ("integrity_violation", "failed_accuracy") \
+        else doc.get("primary_verdict")
+    assert got in GPU_EXPECTED[name], json.dumps(doc)[:3000]
