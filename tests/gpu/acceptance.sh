@@ -115,7 +115,7 @@ phase_aa() {
   done
 }
 
-# seconds a phase needs at least (seen on the H200, rounded up); it is not started with less left
+# seconds a phase needs at least (estimates; README.md has what each took); not started with less left
 declare -A NEED=([loops]=150 [ceilings]=30 [grant]=15 [overhead]=40 [ncu]=60 [sass]=20 [adversarial]=150 [aa]=30 [pytest]=400)
 for p in "${PHASES[@]}"; do
   if [ -e $W/done.$p ]; then echo "phase $p: done before"; continue; fi
