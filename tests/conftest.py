@@ -71,7 +71,9 @@ def run_cko(*args: str, store: Path | None = None, env: dict[str, str] | None = 
         at = args_l.index("--") if "--" in args_l else len(args_l)
         args_l[at:at] = ["--store", str(store)]
     cmd = [*CKO, *args_l]
-    e = os.environ | {"PYTHONPATH": str(ROOT)} | (env or {})
+    # ROOT first, then whatever the caller's PYTHONPATH holds (the GPU machine's carried packages live there)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    e = os.environ | {"PYTHONPATH": path} | (env or {})
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd or ROOT)
     return Result(proc)
 

@@ -75,6 +75,10 @@ _cko_prepare() {
   export CKO_WHEELHOUSE="$repo/.carry/wheels"
   # no cpu image there: parsers run in the cuda image (runner/operation.py)
   export CKO_PARSE_IMAGE=cuda
+  # the lock of the images built on this machine: outside the tree, which every device call lays anew
+  # (a lock in the tree would name images this machine never had, and the next call would rebuild)
+  export CKO_IMAGES_LOCK=/tmp/cko-images.lock
+  [ -s "$CKO_IMAGES_LOCK" ] || cp images/images.lock "$CKO_IMAGES_LOCK"
 
   # 4. what cko sees
   t=$(_now)

@@ -218,7 +218,7 @@ fi
 
 # -- 4. start overhead -------------------------------------------------------------------------------
 step "overhead"
-IMG=$("$PY" -c 'import json; print(json.load(open("images/images.lock"))["images"]["cuda"]["image_id"])' 2>/dev/null)
+IMG=$("$PY" -c 'import json; print(json.load(open(__import__("os").environ.get("CKO_IMAGES_LOCK", "images/images.lock")))["images"]["cuda"]["image_id"])' 2>/dev/null)
 raw=() nog=() gpu=()
 for i in 1 2 3; do
   t=$(now); docker run --rm --network none --read-only --cap-drop ALL --security-opt no-new-privileges --init \

@@ -64,10 +64,13 @@ if ncu:
               f"occupancy {la.get('achieved_occupancy_pct')}%, {la.get('registers_per_thread')} regs")
 sass = load("sass.json")
 if sass:
-    print(f"sass --binary: {len(sass.get('functions') or [])} function(s) {sass.get('message') or ''}".strip())
-adv = out / "adversarial.txt"
-if adv.exists():
-    print("GPU adversarial: " + (adv.read_text().strip().splitlines() or ["(no output)"])[-1])
+    fs = ((sass.get("facts") or {}).get("sass") or {}).get("functions") or []
+    print(f"sass --binary: {len(fs)} function(s) {sass.get('message') or ''}".strip())
+    for f in fs[:3]:
+        print(f"  {str(f.get('name'))[-40:]}: {f.get('instructions')} instructions, LDG widths {f.get('global_load_widths')}, local {f.get('uses_local_memory')}")
+for name, what in (("adversarial.txt", "GPU adversarial"), ("pytest-gpu.txt", "pytest -m gpu")):
+    if (out / name).exists():
+        print(f"{what}: " + ((out / name).read_text().strip().splitlines() or ["(no output)"])[-1])
 aa = out / "aa.jsonl"
 if aa.exists():
     rows = [json.loads(x) for x in aa.read_text().splitlines() if x.strip()]
