@@ -14,6 +14,11 @@ $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null && $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	@# The PyTorch example's CPU tests need torch; only a CPU build is worth its size here, and pip finds
+	@# one only where the host offers it (a local wheel or a CPU index): elsewhere those tests skip.
+	@$(PY) -m pip install -q 'torch==2.13.0+cpu' >/dev/null 2>&1 \
+	  && echo "torch (CPU build) installed: the PyTorch example's CPU tests run" \
+	  || echo "no CPU build of torch reachable: the PyTorch example's CPU tests will skip"
 	@touch $@
 
 venv: $(VENV)/.installed

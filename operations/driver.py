@@ -91,9 +91,16 @@ def to_numpy(x: Any) -> np.ndarray:
 
 
 def compare(output: Any, expected: Any) -> tuple[float, float, str]:
-    """(relative L2 error, max abs error, detail). Non-finite output or shape mismatch → inf."""
+    """(relative L2 error, max abs error, detail). Non-finite output or shape mismatch → inf.
+
+    Two torch tensors are compared where they live, in float64 (on a GPU that is milliseconds where
+    copying a gigabyte to the host and reducing it with NumPy took seconds per check); anything else
+    goes through NumPy. Both paths compute the same quantities.
+    """
     if output is None:
         return float("inf"), float("inf"), "run returned no output"
+    if hasattr(output, "detach") and hasattr(expected, "detach"):
+        return _compare_torch(output, expected)
     out = to_numpy(output).astype(np.float64, copy=False)
     ref = to_numpy(expected).astype(np.float64, copy=False)
     if out.shape != ref.shape:
@@ -105,6 +112,28 @@ def compare(output: Any, expected: Any) -> tuple[float, float, str]:
     denom = float(np.linalg.norm(ref))
     rel = float(np.linalg.norm(diff)) / (denom if denom > 0 else 1.0)
     return rel, float(np.max(np.abs(diff))) if diff.size else 0.0, ""
+
+
+def _compare_torch(output: Any, expected: Any) -> tuple[float, float, str]:
+    import torch
+
+    out = output.detach()
+    ref = expected.detach()
+    if tuple(out.shape) != tuple(ref.shape):
+        return float("inf"), float("inf"), f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
+    if out.is_complex() or ref.is_complex():  # NumPy's path handles complex values as they are
+        return compare(to_numpy(out), to_numpy(ref))
+    out = out.to(torch.float64)
+    ref = ref.to(device=out.device, dtype=torch.float64)
+    bad = int((~torch.isfinite(out)).sum().item())
+    if bad:
+        return float("inf"), float("inf"), f"{bad} non-finite output element(s) (NaN/Inf or unwritten)"
+    if out.numel() == 0:
+        return 0.0, 0.0, ""
+    diff = out - ref
+    denom = float(torch.linalg.vector_norm(ref).item())
+    rel = float(torch.linalg.vector_norm(diff).item()) / (denom if denom > 0 else 1.0)
+    return rel, float(diff.abs().max().item()), ""
 
 
 def poison(inputs: Any) -> None:
@@ -222,7 +251,7 @@ class _Clocks:
 # Modules whose functions the harness, the timing and the accuracy check rely on: a subject that
 # replaces any of their attributes (to fake a timer, a sync, or the reference's arithmetic) is caught.
 GUARDED_MODULES = ("builtins", "time", "gc", "threading", "numpy", "numpy.linalg", "numpy.random", "math",
-                   "torch", "torch.cuda", "cupy", "operations.driver", "operations.protocol")
+                   "torch", "torch.cuda", "torch.linalg", "cupy", "operations.driver", "operations.protocol")
 # Classes whose methods the reference and the comparison call (`x.double()`, `t.cpu().numpy()`): a
 # module's snapshot holds the class object, which stays the same when one of its methods is swapped.
 GUARDED_CLASSES = (("torch", "Tensor"), ("torch.cuda", "Event"), ("torch.cuda", "Stream"), ("cupy", "ndarray"))

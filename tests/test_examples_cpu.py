@@ -293,3 +293,49 @@ def test_cuda_reduce_on_gpu(tmp_path, monkeypatch):
     assert validate_result(req, res) == [] and res.integrity == []
     for s in res.series:
         assert s.accuracy.passed, (s.subject, s.case, s.accuracy.detail)
+
+
+# -- the GPU adversarial candidates whose trick needs no CUDA, through the same helper on CPU tensors ------
+
+GPU_ADV = Path(__file__).resolve().parent / "adversarial" / "gpu"
+
+
+def _drive_adversarial(name: str, tmp_path: Path):
+    """Original vs the named candidate, 12 reps, every timed output checked; returns (result, candidate series)."""
+    d = _driver(LAYERNORM)
+    req = _request({"original": LAYERNORM, "candidate": GPU_ADV / name}, {"c": {"rows": 32, "cols": 256}},
+                   tmp_path, rel_l2=1e-2, entry="kernel.py", reps=12)
+    res = drive(req, d.make_inputs, d.run, d.reference, extra_metrics=d.EXTRA_METRICS)
+    return res, {s.subject: s for s in res.series}["candidate"]
+
+
+@pytest.fixture
+def restore_tensor_to():
+    """The candidate swaps torch.Tensor.to for the whole process: put back what was there."""
+    had = vars(torch.Tensor).get("to")
+    yield
+    if had is not None:
+        torch.Tensor.to = had
+    elif "to" in vars(torch.Tensor):
+        del torch.Tensor.to
+
+
+def test_swapped_tensor_method_is_an_integrity_violation(tmp_path, restore_tensor_to):
+    """patched_tensor_method returns its input and makes every float64 conversion zeros, so output and
+    reference compare equal: only the snapshot of torch.Tensor's methods sees it."""
+    res, cand = _drive_adversarial("patched_tensor_method", tmp_path)
+    assert cand.accuracy.passed  # the trick works on the check itself ...
+    assert any("torch.Tensor.to" in v for v in res.integrity), res.integrity  # ... and is caught
+
+
+def test_replaced_synchronize_is_an_integrity_violation(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "synchronize", torch.cuda.synchronize)  # undone after the test
+    res, _ = _drive_adversarial("patched_sync", tmp_path)
+    assert any("torch.cuda.synchronize" in v for v in res.integrity), res.integrity
+
+
+@pytest.mark.parametrize("name", ["nan_output", "check_detector"])
+def test_wrong_outputs_fail_accuracy(tmp_path, name):
+    res, cand = _drive_adversarial(name, tmp_path)
+    assert not cand.accuracy.passed, cand.accuracy
+    assert res.integrity == []
