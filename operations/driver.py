@@ -142,7 +142,7 @@ def poison(inputs: Any) -> None:
         return
     if hasattr(out, "fill_"):
         out.fill_(float("nan"))
-    elif isinstance(out, np.ndarray) and np.issubdtype(out.dtype, np.floating):
+    elif (isinstance(out, np.ndarray) or type(out).__module__.startswith("cupy")) and out.dtype.kind == "f":
         out.fill(np.nan)
 
 
@@ -210,8 +210,57 @@ class _TorchCuda(_Backend):
                                     "torch.cuda.Event.record": torch.cuda.Event.record}
 
 
-def _backend(device: str) -> _Backend:
-    if device == "cuda":
+class _CupyCuda(_Backend):
+    """The same window as _TorchCuda, with CuPy's events, for drivers that use CuPy and not torch."""
+
+    name = "cupy_events+device_sync"
+
+    def __init__(self) -> None:
+        import cupy
+
+        self.cupy = cupy
+        self.Event = cupy.cuda.Event
+        self.synchronize = cupy.cuda.runtime.deviceSynchronize
+        self.elapsed = cupy.cuda.get_elapsed_time
+
+    def sync(self) -> None:
+        self.synchronize()
+
+    def time(self, fn: Callable[[], Any]) -> tuple[Any, int, int]:
+        start, end = self.Event(), self.Event()
+        gc.collect()
+        gc.disable()
+        try:
+            self.synchronize()
+            w0 = _perf_ns()
+            start.record()
+            out = fn()
+            self.synchronize()  # whole device, as with torch
+            end.record()
+            end.synchronize()
+            w1 = _perf_ns()
+        finally:
+            gc.enable()
+        return out, int(self.elapsed(start, end) * 1e6), w1 - w0
+
+    def guarded(self) -> dict[str, Any]:
+        cupy = self.cupy
+        return super().guarded() | {"cupy.cuda.runtime.deviceSynchronize": cupy.cuda.runtime.deviceSynchronize,
+                                    "cupy.cuda.Event": cupy.cuda.Event,
+                                    "cupy.cuda.get_elapsed_time": cupy.cuda.get_elapsed_time}
+
+
+TIMERS = ("auto", "torch", "cupy")
+
+
+def _backend(device: str, timer: str = "auto") -> _Backend:
+    """perf_counter_ns on the CPU; on a GPU CUDA events through torch, or CuPy (`timer`; auto: torch
+    when it sees a GPU, else CuPy)."""
+    if timer not in TIMERS:
+        raise ValueError(f"timer {timer!r}: one of {', '.join(TIMERS)}")
+    if device != "cuda":
+        return _Backend()
+    if timer in ("auto", "torch"):
         try:
             import torch
 
@@ -219,8 +268,16 @@ def _backend(device: str) -> _Backend:
                 return _TorchCuda()
         except ImportError:
             pass
-        raise RuntimeError("device cuda requested but torch with CUDA is not available in this container")
-    return _Backend()
+        if timer == "torch":
+            raise RuntimeError("device cuda with timer torch, but torch with CUDA is not available in this container")
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            return _CupyCuda()
+    except Exception:  # CuPy absent, or present with no usable device
+        pass
+    raise RuntimeError(f"device cuda requested but neither torch nor CuPy with CUDA is available (timer {timer})")
 
 
 class _Clocks:
@@ -332,9 +389,10 @@ def environment() -> dict[str, str]:
 
 def drive(req: DriverRequest, make_inputs: Callable[..., Any], run: Callable[[Any, Any], Any],
           reference: Callable[[Any, Any], Any], load: Callable[[str, str, str], Any] | None = None,
-          extra_metrics: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]] | None = None) -> DriverResult:
+          extra_metrics: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]] | None = None,
+          timer: str = "auto") -> DriverResult:
     """Follow the request's schedule and return the result (no I/O: `main` does that)."""
-    backend = _backend(req.device)
+    backend = _backend(req.device, timer)
     clocks = _Clocks(req.device)
     loader = load or load_subject
     impls: dict[str, Any] = {}
@@ -445,8 +503,11 @@ def drive(req: DriverRequest, make_inputs: Callable[..., Any], run: Callable[[An
 def main(make_inputs: Callable[..., Any], run: Callable[[Any, Any], Any], reference: Callable[[Any, Any], Any],
          load: Callable[[str, str, str], Any] | None = None,
          extra_metrics: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]] | None = None,
-         argv: list[str] | None = None) -> int:
-    """Read the request (argv[0] or $CKO_DRIVER_REQUEST), drive, write the result atomically."""
+         argv: list[str] | None = None, timer: str = "auto") -> int:
+    """Read the request (argv[0] or $CKO_DRIVER_REQUEST), drive, write the result atomically.
+
+    `timer` picks the GPU clock: "torch" or "cupy" events, or "auto" (torch when it sees a GPU, else CuPy).
+    """
     ap = argparse.ArgumentParser(description="cko workload driver (protocol cko/driver-v1)")
     ap.add_argument("request", nargs="?", default=os.environ.get("CKO_DRIVER_REQUEST"))
     args = ap.parse_args(argv)
@@ -454,7 +515,7 @@ def main(make_inputs: Callable[..., Any], run: Callable[[Any, Any], Any], refere
         print("driver: no request (give a path or set CKO_DRIVER_REQUEST)", file=sys.stderr)
         return 2
     req = DriverRequest.model_validate_json(Path(args.request).read_bytes())
-    res = drive(req, make_inputs, run, reference, load=load, extra_metrics=extra_metrics)
+    res = drive(req, make_inputs, run, reference, load=load, extra_metrics=extra_metrics, timer=timer)
     tmp = req.result_path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(res.model_dump(mode="json"), f)

@@ -339,3 +339,52 @@ def test_wrong_outputs_fail_accuracy(tmp_path, name):
     res, cand = _drive_adversarial(name, tmp_path)
     assert not cand.accuracy.passed, cand.accuracy
     assert res.integrity == []
+
+
+# -- the helper's CuPy clock, for drivers that use CuPy rather than torch ---------------------------------
+
+CUPY_SUBJECT = '''
+import cupy
+
+
+def row_sum(x, out):
+    cupy.sum(x, axis=1, out=out)
+    return out
+'''
+
+
+@pytest.mark.gpu
+def test_cupy_timer_on_gpu(tmp_path):
+    """A CuPy workload through the helper with timer="cupy": CuPy events around a whole-device sync."""
+    cupy = pytest.importorskip("cupy")
+    subject = tmp_path / "subject"
+    subject.mkdir()
+    (subject / "kernel.py").write_text(CUPY_SUBJECT)
+
+    def make_inputs(case, rng, device):
+        gen = cupy.random.default_rng(int(rng.integers(0, 2**63 - 1)))
+        x = gen.standard_normal((case["rows"], case["cols"]), dtype=cupy.float32)
+        return {"x": x, "out": cupy.empty(case["rows"], dtype=cupy.float32)}
+
+    def run(impl, inputs):
+        return impl.row_sum(inputs["x"], inputs["out"])
+
+    def reference(case, inputs):
+        return inputs["x"].astype(cupy.float64).sum(axis=1)
+
+    req = _request({"original": subject}, {"c": {"rows": 8192, "cols": 4096}}, tmp_path, rel_l2=1e-5,
+                   entry="kernel.py", device="cuda", reps=6)
+    req = req.model_copy(update={"metrics": [m for m in req.metrics if m.name == "time"]})
+    res = drive(req, make_inputs, run, reference, timer="cupy")
+    assert res.timing == "cupy_events+device_sync"
+    assert res.integrity == [], res.integrity
+    (s,) = res.series
+    assert s.accuracy.passed and s.accuracy.checks == 6, s.accuracy
+    assert len(s.samples["time"]) == 6 and all(0 < t < 1000 for t in s.samples["time"])
+
+
+def test_unknown_timer_is_refused(tmp_path):
+    req = _request({"original": LAYERNORM}, {"c": {"rows": 4, "cols": 8}}, tmp_path, rel_l2=1e-2, entry="kernel.py")
+    d = _driver(LAYERNORM)
+    with pytest.raises(ValueError, match="timer 'jax'"):
+        drive(req, d.make_inputs, d.run, d.reference, extra_metrics=d.EXTRA_METRICS, timer="jax")

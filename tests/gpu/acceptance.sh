@@ -117,7 +117,7 @@ phase_aa() {
 }
 
 # seconds a phase needs at least (estimates; README.md has what each took); not started with less left
-declare -A NEED=([loops]=150 [ceilings]=30 [grant]=15 [overhead]=40 [ncu]=60 [sass]=20 [adversarial]=150 [aa]=30 [pytest]=200)
+declare -A NEED=([loops]=150 [ceilings]=30 [grant]=15 [overhead]=40 [ncu]=60 [sass]=20 [adversarial]=150 [aa]=30 [pytest]=150)
 for p in "${PHASES[@]}"; do
   if [ -e $W/done.$p ]; then echo "phase $p: done before"; continue; fi
   if [ "$(left)" -le "${NEED[$p]:-30}" ]; then echo "phase $p: not started, $(left) s left, needs ${NEED[$p]:-30}"; continue; fi
