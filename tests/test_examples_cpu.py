@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -300,13 +301,13 @@ def test_cuda_reduce_on_gpu(tmp_path, monkeypatch):
 GPU_ADV = Path(__file__).resolve().parent / "adversarial" / "gpu"
 
 
-def _drive_adversarial(name: str, tmp_path: Path):
-    """Original vs the named candidate, 12 reps, every timed output checked; returns (result, candidate series)."""
+def _drive_adversarial(name: str, tmp_path: Path, device: str = "cpu", rows: int = 32, cols: int = 256):
+    """Original vs the named candidate, 12 reps each, every timed output checked; (result, {subject: series})."""
     d = _driver(LAYERNORM)
-    req = _request({"original": LAYERNORM, "candidate": GPU_ADV / name}, {"c": {"rows": 32, "cols": 256}},
-                   tmp_path, rel_l2=1e-2, entry="kernel.py", reps=12)
+    req = _request({"original": LAYERNORM, "candidate": GPU_ADV / name}, {"c": {"rows": rows, "cols": cols}},
+                   tmp_path, rel_l2=1e-2, entry="kernel.py", reps=12, device=device)
     res = drive(req, d.make_inputs, d.run, d.reference, extra_metrics=d.EXTRA_METRICS)
-    return res, {s.subject: s for s in res.series}["candidate"]
+    return res, {s.subject: s for s in res.series}
 
 
 @pytest.fixture
@@ -323,8 +324,8 @@ def restore_tensor_to():
 def test_swapped_tensor_method_is_an_integrity_violation(tmp_path, restore_tensor_to):
     """patched_tensor_method returns its input and makes every float64 conversion zeros, so output and
     reference compare equal: only the snapshot of torch.Tensor's methods sees it."""
-    res, cand = _drive_adversarial("patched_tensor_method", tmp_path)
-    assert cand.accuracy.passed  # the trick works on the check itself ...
+    res, series = _drive_adversarial("patched_tensor_method", tmp_path)
+    assert series["candidate"].accuracy.passed  # the trick works on the check itself ...
     assert any("torch.Tensor.to" in v for v in res.integrity), res.integrity  # ... and is caught
 
 
@@ -336,8 +337,8 @@ def test_replaced_synchronize_is_an_integrity_violation(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", ["nan_output", "check_detector"])
 def test_wrong_outputs_fail_accuracy(tmp_path, name):
-    res, cand = _drive_adversarial(name, tmp_path)
-    assert not cand.accuracy.passed, cand.accuracy
+    res, series = _drive_adversarial(name, tmp_path)
+    assert not series["candidate"].accuracy.passed, series["candidate"].accuracy
     assert res.integrity == []
 
 
@@ -388,3 +389,25 @@ def test_unknown_timer_is_refused(tmp_path):
     d = _driver(LAYERNORM)
     with pytest.raises(ValueError, match="timer 'jax'"):
         drive(req, d.make_inputs, d.run, d.reference, extra_metrics=d.EXTRA_METRICS, timer="jax")
+
+
+# Every GPU adversarial candidate through the helper on the GPU itself (bare, no container: the defences
+# are the helper's; tests/gpu/test_gpu_acceptance.py runs the same candidates as full experiments).
+GPU_VOIDED = {"deferred_thread", "patched_sync", "patched_tensor_method", "nan_output", "check_detector"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(p.name for p in GPU_ADV.iterdir() if (p / "kernel.py").is_file()))
+def test_gpu_adversarial_candidate_through_the_helper_on_gpu(tmp_path, name, restore_tensor_to, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "synchronize", torch.cuda.synchronize)  # patched_sync: put it back after
+    res, series = _drive_adversarial(name, tmp_path, device="cuda", rows=8192, cols=4096)
+    orig, cand = series["original"], series["candidate"]
+    assert orig.accuracy.passed, orig.accuracy
+    voided = bool(res.integrity) or not cand.accuracy.passed
+    faster = statistics.median(cand.samples["time"]) < 0.9 * statistics.median(orig.samples["time"])
+    # never both valid and faster: what the tricks were written to achieve
+    assert voided or not faster, (name, res.integrity, cand.accuracy, orig.samples["time"], cand.samples["time"])
+    if name in GPU_VOIDED:
+        assert voided, (name, res.integrity, cand.accuracy)
+    if name == "side_stream":  # honest time through the whole-device synchronise, and a right answer
+        assert not voided and not faster, (res.integrity, cand.accuracy, cand.samples["time"])
