@@ -850,30 +850,6 @@ class Fleet:
         }
 
     # -- running ---------------------------------------------------------------------------
-    def execute(
-        self,
-        store: Store,
-        plan: Plan,
-        progress: Callable[[str], None] | None = None,
-        keep_outputs: bool = False,
-        placement: Placement | None = None,
-        ship: Ship = "auto",
-        queue_timeout_s: float = QUEUE_TIMEOUT_S,
-    ) -> Outcome:
-        """`invocation.execute` on the fleet: same Outcome, same refusals and errors."""
-        run = self.run_many(
-            store,
-            [(plan, placement or placement_for(plan))],
-            progress=progress,
-            keep_outputs=keep_outputs,
-            ship=ship,
-            queue_timeout_s=queue_timeout_s,
-        )[0]
-        if run.error is not None:
-            raise run.error
-        assert run.outcome is not None
-        return run.outcome
-
     def executor(
         self,
         placement: Placement | None = None,

@@ -503,7 +503,7 @@ from runner.invocation import Plan
 from runner.store import Store
 
 with cli_session(sys.argv[1]) as fl:
-    run = fl.executor()  # what run_measurement would call instead of invocation.execute
+    run = fl.executor()  # what --fleet hands run_measurement in place of invocation.execute
     plan = Plan(op="exec", command=["sh", "-c", "echo '{\\"n\\": 7}' > /cko/out/result.json"], label="drop-in")
     out = run(Store(sys.argv[2]), plan, keep_outputs=True)
     doc = {"id": out.id, "state": out.result.state, "read": out.read_json("result.json"),
