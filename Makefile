@@ -9,11 +9,13 @@ PYTHON ?= python3
 
 .PHONY: demo test venv engine images lint typecheck unit gpu-test clean-store
 
-$(VENV)/.installed: pyproject.toml
+# The ray extra too, so that tests/test_fleet.py runs its real local Ray cluster instead of
+# skipping: ray[default], as users install it (plain ray lacks the grpcio Ray Client, ray://, needs).
+$(VENV)/.installed: pyproject.toml Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ required"; exit 2; }
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null && $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,ray]'
 	@# The PyTorch example's CPU tests need torch; only a CPU build is worth its size here, and pip finds
 	@# one only where the host offers it (a local wheel or a CPU index): elsewhere those tests skip.
 	@$(PY) -m pip install -q 'torch==2.13.0+cpu' >/dev/null 2>&1 \

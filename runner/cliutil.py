@@ -50,6 +50,15 @@ def common(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def fleet_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Add --fleet and --gpu-model: where the command's invocations run (runner/executor.py)."""
+    f = click.option("--gpu-model", help="With --fleet: take the custom resource gpu:<MODEL> per GPU (e.g. H200).")(f)
+    f = click.option("--fleet", "fleet", metavar="ADDRESS",
+                     help="Run its invocations on a Ray cluster (host:port, ray://host:10001, auto) instead of "
+                          "this host. See docs/fleet.md.")(f)
+    return f
+
+
 def console(as_json: bool) -> Console:
     return _err_console if as_json else _out_console
 

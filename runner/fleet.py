@@ -850,64 +850,19 @@ class Fleet:
         }
 
     # -- running ---------------------------------------------------------------------------
-    def execute(
+    def executor(
         self,
-        store: Store,
-        plan: Plan,
-        progress: Callable[[str], None] | None = None,
-        keep_outputs: bool = False,
         placement: Placement | None = None,
         ship: Ship = "auto",
-        queue_timeout_s: float = QUEUE_TIMEOUT_S,
-    ) -> Outcome:
-        """`invocation.execute` on the fleet: same Outcome, same refusals and errors."""
-        run = self.run_many(
-            store,
-            [(plan, placement or placement_for(plan))],
-            progress=progress,
-            keep_outputs=keep_outputs,
-            ship=ship,
-            queue_timeout_s=queue_timeout_s,
-        )[0]
-        if run.error is not None:
-            raise run.error
-        assert run.outcome is not None
-        return run.outcome
-
-    def executor(
-        self, placement: Placement | None = None, ship: Ship = "auto", sticky: bool = True
-    ) -> Callable[..., Outcome]:
+        sticky: bool = True,
+        gpu_model: str | None = None,
+    ) -> FleetExecutor:
         """A drop-in for `invocation.execute(store, plan, progress=, keep_outputs=)` that runs on the fleet.
 
-        sticky: after the first invocation that used GPUs, every later one goes to the same node and
-        the same GPU UUIDs, so that all the measurements of one experiment (its sequential looks)
-        are pairs measured on one device. Ray still accounts a GPU of that node for it; the node's
-        per-GPU flock serialises it with anything else on that device.
+        placement: the same for every Plan; by default each Plan's own (`placement_for`, with
+        gpu_model). sticky: see FleetExecutor.
         """
-        pinned: dict[str, Any] = {}
-
-        def run(
-            store: Store,
-            plan: Plan,
-            progress: Callable[[str], None] | None = None,
-            keep_outputs: bool = False,
-        ) -> Outcome:
-            where = dataclasses.replace(placement) if placement else placement_for(plan)
-            if pinned and plan.gpus:
-                where.node_id, where.devices = pinned["node_id"], list(pinned["devices"])
-                where.num_gpus = len(where.devices)
-            fr = self.run_many(
-                store, [(plan, where)], progress=progress, keep_outputs=keep_outputs, ship=ship
-            )[0]
-            if fr.error is not None:
-                raise fr.error
-            assert fr.outcome is not None
-            ident = fr.outcome.result.identity
-            if sticky and not pinned and ident is not None and ident.devices and fr.node:
-                pinned.update(node_id=fr.node["node_id"], devices=[d.uuid for d in ident.devices])
-            return fr.outcome
-
-        return run
+        return FleetExecutor(self, placement=placement, ship=ship, sticky=sticky, gpu_model=gpu_model)
 
     def run_many(
         self,
@@ -1101,7 +1056,9 @@ class Fleet:
             r.plan,
             r.placement,
             node=r.node,
-            outcome=Outcome(id=r.inv_id, result=res, out_dir=out_dir, meta=done.get("meta") or {}),
+            outcome=Outcome(
+                id=r.inv_id, result=res, out_dir=out_dir, meta=done.get("meta") or {}, where=self._where(r)
+            ),
         )
 
     def _record_lost(self, store: Store, r: _Run) -> FleetRun:
@@ -1191,8 +1148,119 @@ class Fleet:
         with store.writer():
             store.commit_file(d / "result.json", canonical_bytes(res))
         return FleetRun(
-            r.plan, r.placement, node=r.node, outcome=Outcome(id=r.inv_id, result=res, out_dir=None, meta={})
+            r.plan,
+            r.placement,
+            node=r.node,
+            outcome=Outcome(id=r.inv_id, result=res, out_dir=None, meta={}, where=self._where(r)),
         )
+
+    def _where(self, r: _Run) -> dict[str, Any]:
+        node = r.node or {}
+        return {"fleet": self.address, "node_id": node.get("node_id"), "hostname": node.get("hostname")}
+
+
+class FleetExecutor:
+    """`invocation.execute` on the fleet, for the workflow (runner/executor.py's Executor).
+
+    sticky: after the first invocation, every later one goes to the same node (and, when it used
+    GPUs, the same GPU UUIDs), so that all the measurements of one experiment (its sequential
+    looks) are pairs measured on one device. Ray still accounts a GPU of that node for each; the
+    node's per-GPU flock serialises it with anything else on that device.
+    """
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        placement: Placement | None = None,
+        ship: Ship = "auto",
+        sticky: bool = True,
+        gpu_model: str | None = None,
+    ) -> None:
+        self.fleet = fleet
+        self.placement = placement
+        self.ship: Ship = ship
+        self.sticky = sticky
+        self.gpu_model = gpu_model
+        self.pinned: dict[str, Any] = {}  # node_id, devices: where the first invocation ran
+
+    def __call__(
+        self,
+        store: Store,
+        plan: Plan,
+        progress: Callable[[str], None] | None = None,
+        keep_outputs: bool = False,
+    ) -> Outcome:
+        where = (
+            dataclasses.replace(self.placement)
+            if self.placement
+            else placement_for(plan, gpu_model=self.gpu_model)
+        )
+        if self.pinned:
+            where.node_id = self.pinned["node_id"]
+            if plan.gpus and self.pinned["devices"]:
+                where.devices = list(self.pinned["devices"])
+                where.num_gpus = len(where.devices)
+        fr = self.fleet.run_many(
+            store, [(plan, where)], progress=progress, keep_outputs=keep_outputs, ship=self.ship
+        )[0]
+        if self.sticky and not self.pinned and fr.node and fr.node.get("node_id") and fr.outcome is not None:
+            ident = fr.outcome.result.identity
+            self.pinned = {
+                "node_id": fr.node["node_id"],
+                "devices": [d.uuid for d in ident.devices] if ident is not None else [],
+            }
+        if fr.error is not None:
+            raise fr.error
+        assert fr.outcome is not None
+        return fr.outcome
+
+    def preflight(self, image: str, gpus: int) -> list[dict[str, str]]:
+        """Some live node has the resources, a ready engine and the controller's pinned image."""
+        entry = img.load_lock().images.get(image)
+        if entry is None:
+            return [
+                {
+                    "what": "image",
+                    "reason": f"this controller's images.lock pins no {image} image: nodes cannot be checked",
+                    "next_step": f"cko images build {image}" + (" --offline" if image == "cpu" else ""),
+                }
+            ]
+        need = Placement(num_gpus=gpus, gpu_model=self.gpu_model).resource_request()
+        if gpus:
+            need["GPU"] = float(gpus)
+        doc = self.fleet.status(probe=True)
+        reasons: list[str] = []
+        for n in doc["nodes"]:
+            if not n["alive"]:
+                continue
+            name = f"{n['node_id'][:12]} ({n.get('hostname')})"
+            res = n["resources"]
+            lacking = [
+                f"{k} {res.get(k, 0):g} of {v:g}" for k, v in sorted(need.items()) if res.get(k, 0) < v
+            ]
+            ck = n.get("cko") or {}
+            im = (ck.get("images") or {}).get(image) or {}
+            if lacking:
+                reasons.append(f"{name}: has {', '.join(lacking)}")
+            elif not ck.get("ready"):
+                reasons.append(f"{name}: {'; '.join(ck.get('blockers') or ['not ready'])}")
+            elif not im.get("ok"):
+                reasons.append(f"{name}: image {image}: {im.get('reason')}")
+            elif im.get("image_id") != entry.image_id:
+                reasons.append(
+                    f"{name}: pins {image} as {str(im.get('image_id'))[:19]}, the controller as {entry.image_id[:19]}"
+                )
+            else:
+                return []
+        return [
+            {
+                "what": "fleet",
+                "reason": f"no node of {self.fleet.address} can run it: "
+                + ("; ".join(reasons) or "no node is alive"),
+                "next_step": "start a node with those resources and the same pinned image "
+                "(cko fleet status shows each node; docs/fleet.md)",
+            }
+        ]
 
 
 def _check_bundle(store: Store, r: _Run, done: dict[str, Any]) -> list[str]:

@@ -75,6 +75,9 @@ class Outcome:
     result: InvocationResult
     out_dir: Path | None  # scratch copy of the outputs, removed by `close`
     meta: dict[str, Any]
+    # Set by the fleet backend: the cluster address and the node that ran it (node_id, hostname).
+    # None: this host ran it (its identity.host says which).
+    where: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:

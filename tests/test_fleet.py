@@ -6,8 +6,10 @@ the controller, the containers run in the engine. The per-device combination tes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -101,14 +103,59 @@ def cluster():
             time.sleep(1)
         yield c
     finally:
-        _ray("stop", "--force", env=env)
+        _stop_cluster(short, f"CKO_FLEET_SCRATCH={scratch}")
         subprocess.run(["rm", "-rf", str(short)], check=False)
+
+
+def _stop_cluster(root: Path, marker: str) -> None:
+    """End this cluster's processes only: `ray stop` would end every Ray process on the machine.
+
+    Ours: a process that writes a log under this module's Ray temp dir (GCS, raylets, their agents,
+    workers), or that inherited the env of our `ray start` (a watchdog).
+    """
+    mine = [p for p in _pids() if _ours(p, str(root) + "/", marker.encode())]
+    for pid in mine:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while [p for p in mine if _state(p) not in ("Z", "")] and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and int(p.name) != os.getpid()]
+
+
+def _ours(pid: int, root: str, marker: bytes) -> bool:
+    try:
+        if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            return True
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(fd).startswith(root):
+                return True
+    return False
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 def _containers(label: str) -> list:
     import docker
 
-    return docker.from_env().containers.list(all=True, filters={"label": label})
+    client = docker.from_env()
+    while True:
+        try:
+            return client.containers.list(all=True, filters={"label": label})
+        except docker.errors.NotFound:  # removed between the listing and its inspection: list again
+            continue
 
 
 def _ts(text: str) -> float:
@@ -456,13 +503,16 @@ from runner.invocation import Plan
 from runner.store import Store
 
 with cli_session(sys.argv[1]) as fl:
-    run = fl.executor()  # what run_measurement would call instead of invocation.execute
+    run = fl.executor()  # what --fleet hands run_measurement in place of invocation.execute
     plan = Plan(op="exec", command=["sh", "-c", "echo '{\\"n\\": 7}' > /cko/out/result.json"], label="drop-in")
     out = run(Store(sys.argv[2]), plan, keep_outputs=True)
     doc = {"id": out.id, "state": out.result.state, "read": out.read_json("result.json"),
            "probe": sorted(out.meta)}
     out.close()
     doc["closed"] = out.out_dir is None
+    again = run(Store(sys.argv[2]), Plan(op="exec", command=["true"], label="second look"))
+    doc["nodes"] = [out.where["node_id"], again.where["node_id"]]
+    doc["pinned"] = run.pinned["node_id"]
 print(json.dumps(doc))
 """
 
@@ -483,7 +533,136 @@ def test_executor_is_a_drop_in_for_execute_with_kept_outputs(cluster: Cluster, t
     assert doc["state"] == "succeeded" and doc["read"] == {"n": 7} and doc["closed"]
     assert "probe.json" in doc["probe"]  # the in-container probe's metadata came back with the outputs
     assert not (store / "scratch" / doc["id"]).exists()
+    assert doc["nodes"] == [doc["pinned"]] * 2  # sticky: the second look went where the first ran
     _verify(store, cluster.env)
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "numpy-softmax"
+
+
+# Correct, and an order of magnitude slower than NumPy: a verdict that other load on this machine
+# (it is shared) cannot turn around.
+PYTHON_LOOPS = '''import math
+
+import numpy as np
+
+
+def softmax(x):
+    out = np.empty_like(x)
+    for i, row in enumerate(x.tolist()):
+        m = max(row)
+        e = [math.exp(v - m) for v in row]
+        s = sum(e)
+        out[i] = [v / s for v in e]
+    return out
+'''
+
+
+def _small_workload(tmp: Path) -> Path:
+    """The NumPy example on one small case, with a far slower candidate beside it."""
+    work = tmp / "numpy-softmax"
+    shutil.copytree(EXAMPLE, work, ignore=shutil.ignore_patterns("__pycache__"))
+    req = json.loads((work / "readiness.json").read_text())
+    req["cases"] = [{"id": "r256x1024", "params": {"rows": 256, "cols": 1024}}]
+    req["exclude"] += ["slower"]
+    req["plan"].update({"screen_pairs": 6, "baseline_samples": 4, "aa_pairs": 6, "warmup": 1})
+    (work / "readiness.json").write_text(json.dumps(req))
+    (work / "slower").mkdir()
+    (work / "slower" / "kernel.py").write_text(PYTHON_LOOPS)
+    (work / "baseline.json").write_text(json.dumps({"samples_per_case": 4, "aa_pairs": 6, "seed": 1}))
+    (work / "variant.json").write_text(json.dumps({"path": "slower", "claim": "pure Python loops"}))
+    (work / "screen.json").write_text(json.dumps({"stage": "screen", "seed": 11}))
+    return work
+
+
+def _record(store: Path, kind: str, rid: str) -> dict:
+    return json.loads((store / kind / f"{rid}.json").read_text())
+
+
+def _on_the_fleet(ran_on: dict, inv: dict, nodes: set[str], cluster: Cluster, store: Path) -> None:
+    assert ran_on["backend"] == "fleet" and ran_on["fleet"] == cluster.address
+    assert ran_on["node_id"] in nodes and ran_on["invocation"] == inv
+    res = json.loads((store / "invocations" / inv["id"] / "result.json").read_text())
+    assert res["state"] == "succeeded"
+    # the node ran it in its scratch store, the controller's store holds the imported record
+    req = json.loads((store / "invocations" / inv["id"] / "request.json").read_text())
+    assert all(m["source"].startswith(str(cluster.scratch)) for m in req["mounts"])
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_readiness_baseline_and_screen_run_on_the_fleet(cluster: Cluster, tmp_path: Path) -> None:
+    work = _small_workload(tmp_path)
+    store = tmp_path / "store"
+    st = run_cko("fleet", "status", "--fleet", cluster.address, "--no-probe", "--json", env=cluster.env)
+    nodes = {n["node_id"] for n in st.json["nodes"] if n["alive"]}
+    fleet = ["--fleet", cluster.address, "--json"]
+    # The controller needs no engine of its own: the nodes (started with cluster.env) have theirs.
+    controller = cluster.env | {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+
+    r = run_cko("readiness", "--request", str(work / "readiness.json"), *fleet, store=store, env=controller)
+    assert r.code == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    tid = r.json["target"]["id"]
+    target = _record(store, "targets", tid)
+    _on_the_fleet(target["ran_on"], target["smoke"], nodes, cluster, store)
+    assert target["identity"]["host"]["host_id"] == target["ran_on"]["host_id"]
+
+    b = run_cko("baseline", "--request", str(work / "baseline.json"), "--target", tid, *fleet, store=store,
+                env=controller)
+    assert b.code == 0, b.stdout[-2000:] + b.stderr[-2000:]
+    bas = _record(store, "baselines", b.json["baseline"]["id"])
+    _on_the_fleet(bas["ran_on"], bas["invocation"], nodes, cluster, store)
+    assert len(bas["cases"][0]["samples"]) == 4 and bas["identity_mismatch"] == []
+
+    v = run_cko("variant", "--request", str(work / "variant.json"), "--target", tid, "--json", store=store)
+    assert v.code == 0, v.stdout
+    vid = v.json["variant"]["id"]
+
+    screen = ["experiment", "--request", str(work / "screen.json"), "--target", tid, "--variant", vid]
+    e = run_cko(*screen, *fleet, store=store, env=controller, timeout=300)
+    assert e.code == 0, e.stdout[-2000:] + e.stderr[-2000:]
+    exp = _record(store, "experiments", e.json["experiment"]["id"])
+    (ran_on,) = exp["ran_on"]  # one look: one invocation, every pair of it on one node
+    _on_the_fleet(ran_on, exp["invocation"], nodes, cluster, store)
+    assert e.json["ran_on"] == exp["ran_on"]
+    assert exp["identity_mismatch"] == [] and exp["cases"][0]["pairs"] == 6
+
+    # The same screen on this host: the same kind of verdict, and the record says it ran locally.
+    local = run_cko(*screen, "--json", store=store, env=cluster.env, timeout=300)
+    assert local.code == 0, local.stdout[-2000:]
+    assert local.json["ran_on"][0]["backend"] == "local" and local.json["ran_on"][0]["node_id"] is None
+    for doc in (e.json, local.json):
+        assert doc["cases"][0]["verdict"] == "regressed", doc  # the pairs say so, wherever they ran
+        # Other work on this machine voids a screen the same way wherever it ran (test_workflow does the same).
+        contaminated = any("telemetry contaminated" in r for r in doc["reasons"])
+        expected = ("open", "inconclusive") if contaminated else ("rejected", "regressed")
+        assert (doc["outcome"], doc["primary_verdict"]) == expected, doc
+
+    assert not [
+        c
+        for c in _containers("org.cko.invocation")
+        if c.labels.get("org.cko.store", "").startswith(str(cluster.scratch))
+    ]
+    v = _verify(store, cluster.env)
+    assert v["checked"]["invocations"] == 4  # smoke, baseline, fleet screen, local screen
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_readiness_on_the_fleet_names_what_no_node_has(cluster: Cluster, tmp_path: Path) -> None:
+    work = _small_workload(tmp_path)
+    req = json.loads((work / "readiness.json").read_text())
+    req.update({"gpu": {"required": True, "count": 1}, "device": "cuda"})
+    (work / "readiness.json").write_text(json.dumps(req))
+    store = tmp_path / "store"
+    r = run_cko("readiness", "--request", str(work / "readiness.json"), "--fleet", cluster.address,
+                "--gpu-model", "FAKE", "--json", store=store, env=cluster.env)
+    assert r.code == 1 and r.json["ready"] is False, r.stdout[-2000:]
+    (b,) = r.json["blockers"]
+    assert b["what"] == "fleet" and "GPU 0 of 1" in b["reason"]  # gpu:FAKE is there, Ray's GPU is not
+    assert not list((store / "targets").glob("*.json")) and not list((store / "invocations").glob("*"))
+    r = run_cko("readiness", "--request", str(work / "readiness.json"), "--gpu-model", "FAKE", "--json", store=store)
+    assert r.code == 2 and r.json["field"] == "gpu_model"
 
 
 def test_unreachable_fleet_fails_fast() -> None:

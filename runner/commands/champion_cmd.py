@@ -8,8 +8,9 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from ..cliutil import Outcome, common, console, handled, progress_console
+from ..cliutil import Outcome, common, console, fleet_options, handled, progress_console
 from ..errors import Exit
+from ..executor import open_executor
 from ..report import gather, html_report, text, to_json
 from ..store import Store
 from ..workflow import ops
@@ -64,13 +65,16 @@ def restore_cmd(store: Path, as_json: bool, target: str, reason: str) -> Outcome
 @click.command("audit")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
 @click.option("--pairs", type=int, help="Pairs for the re-run (default: as recorded).")
+@fleet_options
 @common
 @handled
-def audit_cmd(store: Path, as_json: bool, junit_path: Path | None, pairs: int | None) -> Outcome:
+def audit_cmd(store: Path, as_json: bool, junit_path: Path | None, pairs: int | None, fleet: str | None,
+              gpu_model: str | None) -> Outcome:
     """For CI: verify every hash, then re-run the original against the champion in the pinned
     image. Exit 0 when the recorded conclusion still holds, 1 when it does not."""
     con = progress_console()
-    doc = audit(Store(store, create=False), lambda m: con.print(f"[dim]{m}[/]"), pairs=pairs)
+    with open_executor(fleet, gpu_model) as executor:
+        doc = audit(Store(store, create=False), lambda m: con.print(f"[dim]{m}[/]"), pairs=pairs, executor=executor)
     if junit_path:
         junit_path.write_bytes(junit(doc))
     t = Table("check", "ok", "detail", title="cko audit")

@@ -9,7 +9,8 @@ from rich.table import Table
 
 from ..cliutil import Outcome, common, handled, progress_console
 from ..errors import bad_request
-from ..invocation import Plan, execute
+from ..executor import open_executor
+from ..invocation import Plan
 from ..sandbox import Mount
 from ..store import Store
 
@@ -76,20 +77,12 @@ def exec_cmd(store: Path, as_json: bool, image: str, gpus: str | None, gpu_mode:
                 mounts=[parse_mount(m) for m in mounts], timeout_s=timeout, memory=memory, pids=pids, cpus=cpus,
                 label="exec " + " ".join(cmd)[:80], workdir=workdir,
                 policy_path=str(policy) if policy else None)
-    if gpu_model and not fleet:
-        raise bad_request("--gpu-model: only with --fleet", field="gpu_model")
+    if fleet and gpus and gpus.isdigit():
+        plan.gpus = [str(i) for i in range(int(gpus))]  # a count: Ray picks the GPUs on the node
     st = Store(store)
     con = progress_console()
-    if fleet:
-        from ..fleet import cli_session, placement_for
-
-        if gpus and gpus.isdigit():
-            plan.gpus = [str(i) for i in range(int(gpus))]  # a count: Ray picks the GPUs on the node
-        with cli_session(fleet) as fl:
-            outcome = fl.execute(st, plan, progress=lambda m: con.print(f"[dim]{m}[/]"),
-                                 placement=placement_for(plan, gpu_model=gpu_model))
-    else:
-        outcome = execute(st, plan, progress=lambda m: con.print(f"[dim]{m}[/]"))
+    with open_executor(fleet, gpu_model) as run:
+        outcome = run(st, plan, progress=lambda m: con.print(f"[dim]{m}[/]"))
     doc = outcome.result.model_dump(mode="json")
     human = invocation_table(doc)
     extra = []

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from ..cliutil import Outcome, common, handled, progress_console
+from ..cliutil import Outcome, common, fleet_options, handled, progress_console
+from ..executor import open_executor
 from ..invocation import reap_orphans
 from ..store import Store
 from ..workflow import ops
@@ -34,17 +35,20 @@ def _kv(doc: dict, keys: list[str], title: str | None = None) -> Table:
 
 @click.command("readiness")
 @REQUEST
+@fleet_options
 @common
 @handled
-def readiness_cmd(store: Path, as_json: bool, request: Path) -> Outcome:
+def readiness_cmd(store: Path, as_json: bool, request: Path, fleet: str | None, gpu_model: str | None) -> Outcome:
     """Check the workload is measurable and freeze a Target (runs the two-sample smoke).
 
-    Not ready: the blockers with the cheapest next step, exit 1, and no Target.
+    Not ready: the blockers with the cheapest next step, exit 1, and no Target. With --fleet the
+    smoke runs on a node of the cluster, and readiness asks whether some node can run it.
     """
     req, base = ops.load_request(request, ReadinessRequest)
     st = Store(store)
     reap_orphans(st)
-    doc, code = ops.readiness(st, req, base, _say(as_json))
+    with open_executor(fleet, gpu_model) as executor:
+        doc, code = ops.readiness(st, req, base, _say(as_json), executor)
     if doc.get("ready"):
         human = _kv(doc, ["target", "snapshot", "smoke", "mode", "note"], title="ready: Target frozen")
     else:
@@ -57,15 +61,18 @@ def readiness_cmd(store: Path, as_json: bool, request: Path) -> Outcome:
 @click.command("baseline")
 @REQUEST
 @TARGET
+@fleet_options
 @common
 @handled
-def baseline_cmd(store: Path, as_json: bool, request: Path, target: str | None) -> Outcome:
+def baseline_cmd(store: Path, as_json: bool, request: Path, target: str | None, fleet: str | None,
+                 gpu_model: str | None) -> Outcome:
     """Original-only samples per case, and A/A pairs that give the measurement resolution."""
     req, _ = ops.load_request(request, BaselineRequest)
     req = ops.with_ids(req, target=target)
     st = Store(store)
     reap_orphans(st)
-    doc, code = ops.baseline(st, req, _say(as_json))
+    with open_executor(fleet, gpu_model) as executor:
+        doc, code = ops.baseline(st, req, _say(as_json), executor)
     t = Table("case", "median", "unit", "A/A resolution %", title=f"baseline {doc['baseline']['id']}")
     for c in doc["cases"]:
         t.add_row(c["case"], f"{c['median']:.4g}", c["unit"], f"{c['resolution_pct']:.2f}")
@@ -103,14 +110,16 @@ def experiment_table(doc: dict) -> Table:
 @TARGET
 @click.option("--variant", "variant", help="Variant id (the candidate).")
 @click.option("--stage", type=click.Choice(["screen", "target", "audit"]), help="Override the request's stage.")
+@fleet_options
 @common
 @handled
 def experiment_cmd(store: Path, as_json: bool, request: Path, target: str | None, variant: str | None,
-                   stage: str | None) -> Outcome:
+                   stage: str | None, fleet: str | None, gpu_model: str | None) -> Outcome:
     """Run one stage of a paired comparison of a candidate against the original or the champion.
 
     screen: few pairs, can reject or leave open, never accept. target: the formal test.
-    Exit 0 whatever the verdict; 1 when accuracy, integrity or the run failed.
+    Exit 0 whatever the verdict; 1 when accuracy, integrity or the run failed. With --fleet every
+    look of the stage runs on one node (and one device) of the cluster: the node of the first.
     """
     req, _ = ops.load_request(request, ExperimentRequest)
     req = ops.with_ids(req, target=target, variant=variant)
@@ -118,7 +127,8 @@ def experiment_cmd(store: Path, as_json: bool, request: Path, target: str | None
         req = req.model_copy(update={"stage": stage})
     st = Store(store)
     reap_orphans(st)
-    doc, code = ops.experiment(st, req, _say(as_json))
+    with open_executor(fleet, gpu_model) as executor:
+        doc, code = ops.experiment(st, req, _say(as_json), executor)
     return Outcome(doc=doc, human=experiment_table(doc), exit_code=code, extra_human=doc["reasons"])
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from ..executor import LOCAL, Executor
 from ..store import Store
 from ..verify import verify_store
 from . import ops
@@ -13,7 +14,8 @@ from .records import ChampionPointer, Experiment, Selection, Target
 from .requests import ExperimentRequest
 
 
-def audit(store: Store, progress: ops.Progress, pairs: int | None = None, seed: int | None = None) -> dict[str, Any]:
+def audit(store: Store, progress: ops.Progress, pairs: int | None = None, seed: int | None = None,
+          executor: Executor = LOCAL) -> dict[str, Any]:
     checks: list[dict[str, Any]] = []
     rep = verify_store(store)
     checks.append({"name": "store hashes", "ok": rep["ok"],
@@ -41,7 +43,7 @@ def audit(store: Store, progress: ops.Progress, pairs: int | None = None, seed: 
     req = ExperimentRequest(target=t.id, stage="audit", reference="original",
                             pairs=pairs or (recorded.plan.get("pairs") if recorded else None),
                             seed=seed if seed is not None else ((recorded.plan.get("seed", 0) + 1) if recorded else 1))
-    res, code = ops.experiment(store, req, progress)
+    res, code = ops.experiment(store, req, progress, executor)
     doc["audit_experiment"] = res
     acc_ok = code == 0 and res["outcome"] not in ("failed_accuracy", "integrity_violation", "failed_run")
     checks.append({"name": "accuracy and integrity of the champion", "ok": acc_ok,

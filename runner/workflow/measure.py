@@ -12,11 +12,12 @@ from typing import Any, Literal
 from operations.protocol import DriverRequest, DriverResult, ScheduleItem, Subject
 
 from ..errors import CkoError, Exit
-from ..invocation import Plan, execute
+from ..executor import LOCAL, Executor
+from ..invocation import Outcome, Plan
 from ..models import Ref
 from ..sandbox import Mount
 from ..store import Store, new_id
-from .records import Snapshot, Target
+from .records import RanOn, Snapshot, Target
 from .snapshot import materialize, remove_tree
 
 SUBJECT_ROOT = "/cko/subjects"
@@ -55,6 +56,7 @@ class Measured:
     exit_code: int
     reason: str | None
     kept: dict[str, bytes] | None = None
+    ran_on: RanOn | None = None
 
 
 def pick_gpus(target: Target) -> list[str]:
@@ -70,8 +72,12 @@ def run_measurement(store: Store, target: Target, subjects: dict[str, Snapshot],
                     *, mode: Literal["smoke", "measure"], seed: int, acquisition: str, label: str, parent: dict[str, Any],
                     warmup: int | None = None, progress: Any = None, telemetry: bool = True,
                     counters: bool = False, policy_path: str | None = None,
-                    keep: tuple[str, ...] = ()) -> Measured:
-    """One `measure` invocation: materialise the harness and subjects read-only, run, read back."""
+                    keep: tuple[str, ...] = (), executor: Executor = LOCAL) -> Measured:
+    """One `measure` invocation: materialise the harness and subjects read-only, run, read back.
+
+    The whole schedule (every pair) is one invocation, so one executor call: on a fleet too, the
+    pairs are measured on one device.
+    """
     if target.original is None or target.driver is None or target.accuracy is None or target.objective is None:
         raise CkoError("a diagnostic target cannot be measured", exit_code=Exit.BAD_REQUEST, code="diagnostic_target",
                        field="target")
@@ -108,7 +114,7 @@ def run_measurement(store: Store, target: Target, subjects: dict[str, Snapshot],
                    mounts=mounts, timeout_s=target.timeout_s, memory=target.memory, label=label,
                    workdir="/cko/harness", parent=parent, telemetry=telemetry, counters=counters,
                    policy_path=policy_path, env={"CKO_KEEP_OUTPUTS": ",".join(keep)} if keep else {})
-        outcome = execute(store, inv, progress=progress, keep_outputs=True)
+        outcome = executor(store, inv, progress=progress, keep_outputs=True)
         try:
             doc = outcome.read_json("result.json") or {}
             res = outcome.result
@@ -125,14 +131,23 @@ def run_measurement(store: Store, target: Target, subjects: dict[str, Snapshot],
                 path = outcome.output_path(name)
                 if path is not None:
                     kept[name] = path.read_bytes()
-            return Measured(invocation=Ref(id=outcome.id, sha256=_result_sha(store, outcome.id)), result=dr,
-                            failure=failure, processes=list(doc.get("processes") or []),
+            ref = Ref(id=outcome.id, sha256=_result_sha(store, outcome.id))
+            return Measured(invocation=ref, result=dr, failure=failure, processes=list(doc.get("processes") or []),
                             telemetry=res.telemetry_summary, identity=res.identity, state=res.state,
-                            exit_code=res.exit_code, reason=res.reason, kept=kept)
+                            exit_code=res.exit_code, reason=res.reason, kept=kept, ran_on=ran_on(ref, outcome))
         finally:
             outcome.close()
     finally:
         remove_tree(scratch)
+
+
+def ran_on(ref: Ref, outcome: Outcome) -> RanOn:
+    ident = outcome.result.identity
+    where = outcome.where or {}
+    return RanOn(invocation=ref, backend="fleet" if outcome.where else "local",
+                 host_id=ident.host.host_id if ident else None, fleet=where.get("fleet"),
+                 node_id=where.get("node_id"), hostname=where.get("hostname"),
+                 devices=[d.uuid for d in ident.devices] if ident else [])
 
 
 def _result_sha(store: Store, inv_id: str) -> str:

@@ -17,9 +17,9 @@ from pydantic import BaseModel, ValidationError
 from operations import stats
 
 from .. import gpu as gpumod
-from .. import images as img
 from ..canonical import canonical_bytes, sha256_bytes, sha256_file
 from ..errors import CkoError, Exit, bad_request, failed, pydantic_error
+from ..executor import LOCAL, Executor
 from ..identity import EnvironmentIdentity, compare, host_identity
 from ..models import ObjectRef, Ref
 from ..store import Store, check_id, new_id
@@ -30,6 +30,7 @@ from .records import (
     CaseBaseline,
     ChampionPointer,
     Experiment,
+    RanOn,
     Selection,
     Snapshot,
     Target,
@@ -88,7 +89,8 @@ def _rel_inside(base: Path, rel: str, field: str) -> Path:
 
 # -- readiness ------------------------------------------------------------------------------
 
-def readiness(store: Store, req: ReadinessRequest, base: Path, progress: Progress) -> tuple[dict[str, Any], int]:
+def readiness(store: Store, req: ReadinessRequest, base: Path, progress: Progress,
+              executor: Executor = LOCAL) -> tuple[dict[str, Any], int]:
     workload = (base / req.workload).resolve()
     if not workload.is_dir():
         raise bad_request(f"workload: {workload} is not a directory", field="workload")
@@ -111,17 +113,7 @@ def readiness(store: Store, req: ReadinessRequest, base: Path, progress: Progres
     script = next((c for c in req.driver.command[1:] if c.endswith(".py")), None)
     if script and not (workload / script).is_file():
         block("driver", f"driver script {script} not found in {workload}", "put the driver in the workload directory")
-    if req.gpu.required:
-        hg = gpumod.host_gpus()
-        if not hg.available or len(hg.devices) < max(1, req.gpu.count):
-            block("gpu", hg.reason or f"{len(hg.devices)} GPU(s), {req.gpu.count} required",
-                  "run on a host with the GPU (cko doctor shows what this one has)")
-    try:
-        img.resolve(req.image, img.docker_client())
-    except CkoError as err:
-        if err.code == "engine_unavailable":
-            raise
-        block("image", err.message, f"cko images build {req.image}" + (" --offline" if req.image == "cpu" else ""))
+    blockers += executor.preflight(req.image, max(1, req.gpu.count) if req.gpu.required else 0)
     if blockers:
         return {"ready": False, "blockers": blockers}, int(Exit.FAILED)
     snap = take(store, workload, req.exclude)
@@ -137,7 +129,7 @@ def readiness(store: Store, req: ReadinessRequest, base: Path, progress: Progres
     m = run_measurement(store, target, {"original": snap}, items, mode="smoke", seed=0,
                         acquisition=req.plan.acquisition, label=f"readiness {req.name}",
                         parent={"readiness": req.name}, warmup=min(1, req.plan.warmup), progress=progress,
-                        telemetry=False)
+                        telemetry=False, executor=executor)
     if m.failure:
         f = m.failure
         block("smoke", f"{f.get('code')}: {f.get('message')} (field {f.get('field')})",
@@ -151,10 +143,15 @@ def readiness(store: Store, req: ReadinessRequest, base: Path, progress: Progres
             block("integrity", v, "the original must not trip the driver's integrity checks")
     if blockers:
         return {"ready": False, "blockers": blockers, "smoke": m.invocation.model_dump()}, int(Exit.FAILED)
-    target = target.model_copy(update={"identity": m.identity, "smoke": m.invocation})
+    target = target.model_copy(update={"identity": m.identity, "smoke": m.invocation, "ran_on": m.ran_on})
     ref = _put_record(store, "targets", tid, target)
     return {"ready": True, "target": ref.model_dump(), "snapshot": snap.sha256, "smoke": m.invocation.model_dump(),
-            "identity": m.identity.model_dump(mode="json") if m.identity else None}, int(Exit.DONE)
+            "identity": m.identity.model_dump(mode="json") if m.identity else None,
+            "ran_on": _ran_on_doc(m)}, int(Exit.DONE)
+
+
+def _ran_on_doc(m: Measured) -> dict[str, Any] | None:
+    return m.ran_on.model_dump(mode="json") if m.ran_on else None
 
 
 def _reps(subject: str, case: str, n: int, start: int = 0) -> list[Any]:
@@ -198,7 +195,8 @@ def _measure_failure(m: Measured) -> str:
 
 # -- baseline -------------------------------------------------------------------------------
 
-def baseline(store: Store, req: BaselineRequest, progress: Progress) -> tuple[dict[str, Any], int]:
+def baseline(store: Store, req: BaselineRequest, progress: Progress,
+             executor: Executor = LOCAL) -> tuple[dict[str, Any], int]:
     t, tref = get_target(store, req.target)
     _require_optimization(t)
     assert t.objective and t.original
@@ -212,7 +210,7 @@ def baseline(store: Store, req: BaselineRequest, progress: Progress) -> tuple[di
     progress(f"baseline: {n} samples per case and {m_pairs} A/A pairs")
     m = run_measurement(store, t, {"original": t.original, "aa-ref": t.original, "aa-cand": t.original}, items,
                         mode="measure", seed=req.seed, acquisition=t.plan.acquisition, label=f"baseline {t.name}",
-                        parent={"target": tref.model_dump()}, progress=progress)
+                        parent={"target": tref.model_dump()}, progress=progress, executor=executor)
     if m.failure or m.result is None:
         raise failed(f"baseline measurement failed: {_measure_failure(m)} (invocation {m.invocation.id})",
                      code="measurement_failed")
@@ -238,9 +236,11 @@ def baseline(store: Store, req: BaselineRequest, progress: Progress) -> tuple[di
     bid = new_id("bas")
     rec = Baseline(id=bid, target=tref, created_at=now(), invocation=m.invocation, seed=req.seed, samples_per_case=n,
                    aa_pairs=m_pairs, cases=cases, resolution_pct=worst, min_effect_pct=t.objective.min_effect_pct,
-                   min_effect_resolvable=ok, note=note, identity_mismatch=mismatch, telemetry=m.telemetry)
+                   min_effect_resolvable=ok, note=note, identity_mismatch=mismatch, telemetry=m.telemetry,
+                   ran_on=m.ran_on)
     ref = _put_record(store, "baselines", bid, rec)
     return {"baseline": ref.model_dump(), "resolution_pct": worst, "min_effect_resolvable": ok, "note": note,
+            "ran_on": _ran_on_doc(m),
             "cases": [{"case": cb.case, "median": cb.median, "unit": cb.unit, "resolution_pct": cb.resolution_pct}
                       for cb in cases]}, 0
 
@@ -318,7 +318,8 @@ def _prior_stages(store: Store, tid: str, ref_sha: str, cand_sha: str) -> list[E
     return out
 
 
-def experiment(store: Store, req: ExperimentRequest, progress: Progress) -> tuple[dict[str, Any], int]:
+def experiment(store: Store, req: ExperimentRequest, progress: Progress,
+               executor: Executor = LOCAL) -> tuple[dict[str, Any], int]:
     t, tref = get_target(store, req.target)
     _require_optimization(t)
     assert t.original and t.objective
@@ -371,14 +372,17 @@ def experiment(store: Store, req: ExperimentRequest, progress: Progress) -> tupl
     done = 0
     analyses: list[Any] = []
     invocations = []
+    ran_on: list[RanOn] = []
     for look in looks:
         sched, blocks = paired_schedule(case_ids, "reference", "candidate", look - done, req.seed + done, start_rep=done)
         progress(f"{req.stage}: pairs {done + 1}..{look} ({acquisition})")
         last = run_measurement(store, t, subjects, sched, mode="measure", seed=req.seed, acquisition=acquisition,
                                label=f"{req.stage} {t.name}", parent={"target": tref.model_dump(),
                                                                        "variant": vref.model_dump() if vref else None},
-                               progress=progress)
+                               progress=progress, executor=executor)
         invocations.append(last.invocation)
+        if last.ran_on is not None:
+            ran_on.append(last.ran_on)
         if last.failure or last.result is None:
             break
         results.append(last.result)
@@ -457,7 +461,8 @@ def experiment(store: Store, req: ExperimentRequest, progress: Progress) -> tupl
               "invocations": [i.model_dump() for i in invocations]},
         invocation=last.invocation, accuracy=accuracy, integrity=integrity, telemetry=last.telemetry,
         identity_mismatch=mismatch, cases=cases, primary_verdict=primary,  # type: ignore[arg-type]
-        constraint_verdicts=constraint_verdicts, outcome=outcome, reasons=reasons, samples=samples_ref)
+        constraint_verdicts=constraint_verdicts, outcome=outcome, reasons=reasons, samples=samples_ref,
+        ran_on=ran_on)
     ref = _put_record(store, "experiments", eid, rec)
     code = int(Exit.FAILED) if outcome in ("failed_run", "failed_accuracy", "integrity_violation") else 0
     return experiment_doc(rec, ref), code
@@ -466,7 +471,7 @@ def experiment(store: Store, req: ExperimentRequest, progress: Progress) -> tupl
 def experiment_doc(rec: Experiment, ref: Ref) -> dict[str, Any]:
     return {"experiment": ref.model_dump(), "stage": rec.stage, "outcome": rec.outcome,
             "primary_verdict": rec.primary_verdict, "aa_control": rec.aa_control, "reasons": rec.reasons,
-            "constraints": rec.constraint_verdicts,
+            "constraints": rec.constraint_verdicts, "ran_on": [r.model_dump(mode="json") for r in rec.ran_on],
             "cases": [{"case": c.case, "pairs": c.pairs, "excluded": c.excluded_pairs,
                        "effect_pct": c.primary.get("effect_pct"), "ci_low_pct": c.primary.get("ci_low_pct"),
                        "ci_high_pct": c.primary.get("ci_high_pct"), "wilcoxon_p": c.primary.get("wilcoxon_p"),

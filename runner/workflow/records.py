@@ -22,6 +22,18 @@ class Snapshot(Closed):
     bytes: int
 
 
+class RanOn(Closed):
+    """Where one measurement invocation ran: this host, or a node of a fleet (docs/fleet.md)."""
+
+    invocation: Ref
+    backend: Literal["local", "fleet"]
+    host_id: str | None = None  # identity.host.host_id of the machine that ran it
+    fleet: str | None = None  # the cluster address the controller used
+    node_id: str | None = None  # the Ray node
+    hostname: str | None = None
+    devices: list[str] = Field(default_factory=list)  # the GPU UUIDs it was given
+
+
 class Target(Closed):
     kind: Literal["cko/target-v1"] = "cko/target-v1"
     id: str
@@ -44,6 +56,7 @@ class Target(Closed):
     memory: str
     identity: EnvironmentIdentity | None = None
     smoke: Ref | None = None
+    ran_on: RanOn | None = None  # where the smoke ran
     reports: list[ObjectRef] = Field(default_factory=list)
     request: ObjectRef
 
@@ -73,6 +86,7 @@ class Baseline(Closed):
     note: str
     identity_mismatch: list[dict[str, Any]] = Field(default_factory=list)
     telemetry: dict[str, Any] | None = None
+    ran_on: RanOn | None = None
 
 
 class Variant(Closed):
@@ -125,6 +139,7 @@ class Experiment(Closed):
     outcome: str  # screen: promising|rejected|open ; target/audit: accepted|...|failed_accuracy
     reasons: list[str] = Field(default_factory=list)
     samples: ObjectRef | None = None
+    ran_on: list[RanOn] = Field(default_factory=list)  # one per invocation (look), in order
 
 
 class Selection(Closed):
