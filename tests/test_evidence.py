@@ -725,8 +725,10 @@ FAST_CASES = {
         {"ph": "X", "cat": "Trace", "name": "t", "ts": 1.0, "dur": 1.0},
         {"ph": "X", "cat": "python_function", "name": "f", "ts": 2.5, "dur": 0.5, "args": {"External id": 3}},
         {"ph": "X", "cat": "cpu_instant_event", "name": "i", "ts": 3.0, "dur": 0},
-        {},
     ),
+    "odd_fields_off_complete_events": lambda doc: [
+        e.update(ts="x", name=3, cat=[1], args="x") for e in doc["traceEvents"] if e.get("ph") == "M"
+    ],
     "kernel_args_null": lambda doc: _events("kernel")(doc)[0].__setitem__("args", None),
     "odd_arg_types": lambda doc: [
         _set_args("kernel", "correlation", "31")(doc),
@@ -773,6 +775,11 @@ TEXT_CASES = {
         None,
     ),
     "phase_not_chrome": (RAW.replace(b'"ph": "f"', b'"ph": "Z"', 1), None),
+    "no_phase": (RAW.replace(b'"ph": "f", ', b"", 1), None),
+    "two_phases": (
+        RAW.replace(b'"ph": "X", "cat": "kernel"', b'"ph": "M", "ph": "X", "cat": "kernel"'),
+        None,
+    ),
     "nan_skipped": (RAW.replace(b'"blocks per SM": 0.969697', b'"blocks per SM": NaN', 1), None),
     "nan_ts": (RAW.replace(FIRST_KERNEL_TS, b'"ts": NaN', 1), ("bad_value", ".ts")),
     "infinity_dur": (RAW.replace(b'"dur": 24.384', b'"dur": Infinity', 1), ("bad_value", ".dur")),
