@@ -780,6 +780,7 @@ TEXT_CASES = {
         RAW.replace(b'"ph": "X", "cat": "kernel"', b'"ph": "M", "ph": "X", "cat": "kernel"'),
         None,
     ),
+    "dur_past_int64": (RAW.replace(b'"dur": 24.384', b'"dur": 1180591620717411303424', 1), None),
     "nan_skipped": (RAW.replace(b'"blocks per SM": 0.969697', b'"blocks per SM": NaN', 1), None),
     "nan_ts": (RAW.replace(FIRST_KERNEL_TS, b'"ts": NaN', 1), ("bad_value", ".ts")),
     "infinity_dur": (RAW.replace(b'"dur": 24.384', b'"dur": Infinity', 1), ("bad_value", ".dur")),
