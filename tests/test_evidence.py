@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from operations.evidence import torch_trace
 from operations.evidence.common import Binding, Refusal
 from operations.evidence.ncu import MODELED, UNITS_2025, normalise_unit, parse_ncu_csv, resolve_version
 from operations.evidence.nsys import parse_nsys_sqlite
@@ -674,6 +675,169 @@ def test_torch_trace_identity_and_caps():
     )
     assert [m.field for m in f.identity_mismatch] == ["compute_capability"]
     assert len(f.gpu) == 5 and f.gpu_omitted == 31
+
+
+# The fast path (msgspec into typed structs) and the reference path (the whole document, every
+# event checked) must give the same facts, or the same refusal, for the same bytes.
+
+
+def _outcome(path: Path, **kw) -> str | tuple:
+    try:
+        return parse_torch_trace(path, **kw).model_dump_json()
+    except Refusal as r:
+        return ("refused", r.code, r.field, r.message)
+
+
+def _reference(path: Path, monkeypatch, **kw) -> str | tuple:
+    with monkeypatch.context() as m:
+        m.setattr(torch_trace, "msgspec", None)  # as in an environment without it
+        return _outcome(path, **kw)
+
+
+def _events(cat):
+    return lambda doc: [e for e in doc["traceEvents"] if e.get("cat") == cat]
+
+
+def _set_all(cat, key, value):
+    return lambda doc: [e.__setitem__(key, value) for e in _events(cat)(doc)]
+
+
+def _set_args(cat, key, value):
+    return lambda doc: [e["args"].__setitem__(key, value) for e in _events(cat)(doc)[:1]]
+
+
+def _add(*events):
+    return lambda doc: doc["traceEvents"].extend(events)
+
+
+FAST_CASES = {
+    "as_is": lambda doc: None,
+    "int_times": lambda doc: [
+        e.__setitem__(k, int(e[k])) for e in doc["traceEvents"] for k in ("ts", "dur") if k in e
+    ],
+    "equal_gpu_starts": lambda doc: [
+        e.__setitem__("ts", 1.0) for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy")
+    ],
+    "other_categories": _add(
+        {"ph": "X", "cat": "xpu_kernel", "name": "k", "ts": 1.0, "dur": 1.0},
+        {"ph": "X", "cat": None, "name": "k", "ts": 1.0, "dur": 1.0},
+        {"ph": "X", "name": "no cat", "ts": 1.0, "dur": 1.0},
+        {"ph": "X", "cat": "Trace", "name": "t", "ts": 1.0, "dur": 1.0},
+        {"ph": "X", "cat": "python_function", "name": "f", "ts": 2.5, "dur": 0.5, "args": {"External id": 3}},
+        {"ph": "X", "cat": "cpu_instant_event", "name": "i", "ts": 3.0, "dur": 0},
+    ),
+    "odd_fields_off_complete_events": lambda doc: [
+        e.update(ts="x", name=3, cat=[1], args="x") for e in doc["traceEvents"] if e.get("ph") == "M"
+    ],
+    "kernel_args_null": lambda doc: _events("kernel")(doc)[0].__setitem__("args", None),
+    "odd_arg_types": lambda doc: [
+        _set_args("kernel", "correlation", "31")(doc),
+        _set_args("gpu_memcpy", "correlation", 15.0)(doc),
+        _set_args("gpu_memset", "External id", True)(doc),
+        _set_args("kernel", "grid", [1, True, 3])(doc),
+        _set_args("gpu_memcpy", "bytes", [1])(doc),
+        _set_args("user_annotation", "External id", [1])(doc),  # never looked up: not refused
+    ],
+    "runtime_and_driver_share_a_name": _set_all("cuda_runtime", "name", "cuLaunchKernelEx"),
+    "non_ascii_names": lambda doc: [
+        e.__setitem__("name", e["name"] + " é ✓ 😀") for e in _events("kernel")(doc)
+    ],
+    "odd_top_level": lambda doc: doc.update(
+        deviceProperties=[1, {"id": True, "name": 5, "computeMajor": 9, "computeMinor": "0"}],
+        cuda_runtime_version=True,
+        cupti_version="x",
+        schemaVersion=1.0,
+    ),
+    "huge_int_ts": lambda doc: _events("kernel")(doc)[0].__setitem__("ts", 2**70 + 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAST_CASES))
+def test_torch_trace_fast_path_matches_reference(tmp_path, monkeypatch, case):
+    p = _trace(tmp_path, FAST_CASES[case])
+    assert torch_trace.scan_fast(p.read_bytes()) is not None  # the fast path took it
+    for kw in ({}, {"max_events": 5, "summary_limit": 2}):
+        fast = _outcome(p, **kw)
+        assert isinstance(fast, str)
+        assert fast == _reference(p, monkeypatch, **kw)
+
+
+RAW = TRACE.read_bytes()
+FIRST_KERNEL_TS = b'"ts": 5379723400681.117'
+
+# text-level variants json.dumps cannot write: the fast path hands each one to the reference path
+# or decodes it to the same values
+TEXT_CASES = {
+    "escaped_keys": (RAW.replace(b'"cat": "kernel"', b'"c\\u0061t": "kern\\u0065l"'), None),
+    "duplicate_keys": (RAW.replace(b'"cat": "kernel"', b'"cat": "cpu_op", "cat": "kernel"'), None),
+    "args_then_args": (
+        RAW.replace(b'"args": {"External id": 7,', b'"args": [1], "args": {"External id": 7,', 1),
+        None,
+    ),
+    "phase_not_chrome": (RAW.replace(b'"ph": "f"', b'"ph": "Z"', 1), None),
+    "no_phase": (RAW.replace(b'"ph": "f", ', b"", 1), None),
+    "two_phases": (
+        RAW.replace(b'"ph": "X", "cat": "kernel"', b'"ph": "M", "ph": "X", "cat": "kernel"'),
+        None,
+    ),
+    "dur_past_int64": (RAW.replace(b'"dur": 24.384', b'"dur": 1180591620717411303424', 1), None),
+    "nan_skipped": (RAW.replace(b'"blocks per SM": 0.969697', b'"blocks per SM": NaN', 1), None),
+    "nan_ts": (RAW.replace(FIRST_KERNEL_TS, b'"ts": NaN', 1), ("bad_value", ".ts")),
+    "infinity_dur": (RAW.replace(b'"dur": 24.384', b'"dur": Infinity', 1), ("bad_value", ".dur")),
+    "ts_past_float": (RAW.replace(FIRST_KERNEL_TS, b'"ts": 1e400', 1), ("bad_value", ".ts")),
+    "ts_ns_past_float": (RAW.replace(FIRST_KERNEL_TS, b'"ts": 1e306', 1), ("bad_value", ".ts")),
+    "bad_utf8_in_a_skipped_string": (RAW.replace(b'"bp": "e"', b'"bp": "\xff"', 1), ("not_json", "report")),
+    "encoded_surrogate": (RAW.replace(b'"bp": "e"', b'"bp": "\xed\xa0\x80"', 1), ("not_json", "report")),
+    "lone_surrogate_escape": (RAW.replace(b'"bp": "e"', b'"bp": "\\ud800"', 1), ("not_json", "report")),
+    "control_character": (RAW.replace(b'"bp": "e"', b'"bp": "\x01"', 1), ("not_json", "report")),
+    "bom": (b"\xef\xbb\xbf" + RAW, ("not_json", "report")),
+    "trailing_garbage": (RAW + b" x", ("not_json", "report")),
+    "truncated": (RAW[: len(RAW) // 2], ("not_json", "report")),
+    "empty": (b"", ("not_json", "report")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TEXT_CASES))
+def test_torch_trace_text_variants(tmp_path, monkeypatch, case):
+    data, refusal = TEXT_CASES[case]
+    p = _write(tmp_path, "t.json", data)
+    got = _outcome(p)
+    assert got == _reference(p, monkeypatch)
+    if refusal is None:
+        assert isinstance(got, str) and json.loads(got)["events"] > 300
+    else:
+        assert isinstance(got, tuple) and got[1] == refusal[0] and got[2].endswith(refusal[1])
+
+
+def test_torch_trace_unhashable_ids_are_refused(tmp_path, monkeypatch):
+    # correlation and External id key the launch and op maps: a list or an object used to crash
+    cases = {
+        "api_correlation": (_set_args("cuda_runtime", "correlation", [1]), ".args.correlation"),
+        "kernel_correlation": (_set_args("kernel", "correlation", [1]), ".args.correlation"),
+        "op_external_id": (_set_args("cpu_op", "External id", {"a": 1}), ".args.External id"),
+        "kernel_external_id": (_set_args("kernel", "External id", {"a": 1}), ".args.External id"),
+        "schema_version": (lambda doc: doc.__setitem__("schemaVersion", [1]), "schemaVersion"),
+    }
+    for name, (mutate, field) in cases.items():
+        p = _trace(tmp_path, mutate)
+        r = refused(parse_torch_trace, p)
+        assert r.code in ("bad_value", "unknown_schema_version") and r.field.endswith(field), name
+        assert _reference(p, monkeypatch) == ("refused", r.code, r.field, r.message), name
+
+
+def test_torch_trace_parses_without_msgspec(tmp_path):
+    # a Python without msgspec (an image built before it was listed) imports the parser and gets
+    # the same facts from the reference path
+    code = (
+        "import sys; sys.modules['msgspec'] = None\n"
+        "from operations.evidence import torch_trace as t\n"
+        "assert t.msgspec is None and t.scan_fast(b'{}') is None\n"
+        f"print(t.parse_torch_trace({str(TRACE)!r}).model_dump_json())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == parse_torch_trace(TRACE).model_dump_json()
 
 
 # ---------------------------------------------------------------------------------------------

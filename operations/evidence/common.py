@@ -2,7 +2,7 @@
 the identity it is bound to, and refusals.
 
 A parser returns facts or raises `Refusal`: it never guesses, never fills a missing value with
-zero, and never returns advice. Runs inside the container: stdlib and pydantic only.
+zero, and never returns advice. Runs inside the container: stdlib, pydantic and msgspec only.
 """
 
 from __future__ import annotations
