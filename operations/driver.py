@@ -169,23 +169,23 @@ class _Backend:
                 "time.monotonic_ns": time.monotonic_ns, "time.time_ns": time.time_ns}
 
 
-class _TorchCuda(_Backend):
-    name = "cuda_events+device_sync"
+class _DeviceEvents(_Backend):
+    """A GPU clock: events around the run, with a whole-device synchronise inside the window.
 
-    def __init__(self) -> None:
-        import torch
+    Subclasses bind, before any subject code loads, `synchronize` (the whole device), `new_event`,
+    `record(event)` and `elapsed_ms(start, end)` from their library.
+    """
 
-        self.torch = torch
-        self.Event = torch.cuda.Event
-        self.synchronize = torch.cuda.synchronize
-        self.elapsed = torch.cuda.Event.elapsed_time
-        self.record = torch.cuda.Event.record
+    synchronize: Callable[[], Any]
+    new_event: Callable[[], Any]
+    record: Callable[[Any], Any]
+    elapsed_ms: Callable[[Any, Any], float]
 
     def sync(self) -> None:
         self.synchronize()
 
     def time(self, fn: Callable[[], Any]) -> tuple[Any, int, int]:
-        start, end = self.Event(enable_timing=True), self.Event(enable_timing=True)
+        start, end = self.new_event(), self.new_event()
         gc.collect()
         gc.disable()
         try:
@@ -200,7 +200,21 @@ class _TorchCuda(_Backend):
             w1 = _perf_ns()
         finally:
             gc.enable()
-        return out, int(self.elapsed(start, end) * 1e6), w1 - w0
+        return out, int(self.elapsed_ms(start, end) * 1e6), w1 - w0
+
+
+class _TorchCuda(_DeviceEvents):
+    name = "cuda_events+device_sync"
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        event = torch.cuda.Event
+        self.new_event = functools.partial(event, enable_timing=True)
+        self.synchronize = torch.cuda.synchronize
+        self.elapsed_ms = torch.cuda.Event.elapsed_time
+        self.record = torch.cuda.Event.record
 
     def guarded(self) -> dict[str, Any]:
         torch = self.torch
@@ -210,8 +224,8 @@ class _TorchCuda(_Backend):
                                     "torch.cuda.Event.record": torch.cuda.Event.record}
 
 
-class _CupyCuda(_Backend):
-    """The same window as _TorchCuda, with CuPy's events, for drivers that use CuPy and not torch."""
+class _CupyCuda(_DeviceEvents):
+    """The same window with CuPy's events, for drivers that use CuPy and not torch."""
 
     name = "cupy_events+device_sync"
 
@@ -219,34 +233,16 @@ class _CupyCuda(_Backend):
         import cupy
 
         self.cupy = cupy
-        self.Event = cupy.cuda.Event
+        self.new_event = cupy.cuda.Event  # timing is on by default
         self.synchronize = cupy.cuda.runtime.deviceSynchronize
-        self.elapsed = cupy.cuda.get_elapsed_time
-
-    def sync(self) -> None:
-        self.synchronize()
-
-    def time(self, fn: Callable[[], Any]) -> tuple[Any, int, int]:
-        start, end = self.Event(), self.Event()
-        gc.collect()
-        gc.disable()
-        try:
-            self.synchronize()
-            w0 = _perf_ns()
-            start.record()
-            out = fn()
-            self.synchronize()  # whole device, as with torch
-            end.record()
-            end.synchronize()
-            w1 = _perf_ns()
-        finally:
-            gc.enable()
-        return out, int(self.elapsed(start, end) * 1e6), w1 - w0
+        self.elapsed_ms = cupy.cuda.get_elapsed_time
+        self.record = cupy.cuda.Event.record
 
     def guarded(self) -> dict[str, Any]:
         cupy = self.cupy
         return super().guarded() | {"cupy.cuda.runtime.deviceSynchronize": cupy.cuda.runtime.deviceSynchronize,
                                     "cupy.cuda.Event": cupy.cuda.Event,
+                                    "cupy.cuda.Event.record": cupy.cuda.Event.record,
                                     "cupy.cuda.get_elapsed_time": cupy.cuda.get_elapsed_time}
 
 

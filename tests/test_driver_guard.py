@@ -64,3 +64,31 @@ def test_a_module_function_replaced_is_named(monkeypatch: pytest.MonkeyPatch) ->
     before = driver.module_snapshot()
     monkeypatch.setattr(sys.modules["math"], "sqrt", lambda x: 0.0)
     assert "math.sqrt" in driver.snapshot_changes(before, driver.module_snapshot())
+
+
+class _FakeEvent:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+        self.at: float | None = None
+
+    def synchronize(self) -> None:
+        self.log.append("event sync")
+
+
+def test_device_clock_window_synchronises_the_whole_device_before_the_end_event() -> None:
+    """The event window of the GPU backends, with a stand-in library: work left in flight by the run
+    (another stream, an async launch) lands inside the window because the device sync precedes `end`."""
+    log: list[str] = []
+    clock = driver._DeviceEvents()
+    clock.synchronize = lambda: log.append("device sync")
+    clock.new_event = lambda: _FakeEvent(log)
+
+    def record(ev: _FakeEvent) -> None:
+        ev.at = float(len(log))
+        log.append("record")
+
+    clock.record = record
+    clock.elapsed_ms = lambda a, b: 2.5
+    out, t_ns, wall_ns = clock.time(lambda: log.append("run") or "out")
+    assert out == "out" and t_ns == 2_500_000 and wall_ns > 0
+    assert log == ["device sync", "record", "run", "device sync", "record", "event sync"]
