@@ -33,7 +33,7 @@ from runner.fleet import (
 )
 from runner.invocation import Plan
 from runner.sandbox import Mount
-from tests.conftest import run_cko
+from tests.conftest import CKO, ROOT, run_cko
 
 RAY = Path(sys.executable).parent / "ray"
 NODE_RESOURCES = '{"gpu:FAKE": 2, "cko_slot": 2}'  # per node: four fake GPUs need both nodes
@@ -645,6 +645,47 @@ def test_readiness_baseline_and_screen_run_on_the_fleet(cluster: Cluster, tmp_pa
     ]
     v = _verify(store, cluster.env)
     assert v["checked"]["invocations"] == 4  # smoke, baseline, fleet screen, local screen
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_four_screens_at_once_on_four_slots(cluster: Cluster, tmp_path: Path) -> None:
+    """Four `cko experiment --fleet` screens started together against one store: Ray places them on the
+    four slots of the two nodes (the CPU example's stand-in for four GPUs), all four measure at once, and
+    the one store takes all four records intact."""
+    work = _small_workload(tmp_path)
+    store = tmp_path / "store"
+    fleet = ["--fleet", cluster.address, "--json"]
+    r = run_cko("readiness", "--request", str(work / "readiness.json"), *fleet, store=store, env=cluster.env)
+    assert r.code == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    tid = r.json["target"]["id"]
+    v = run_cko("variant", "--request", str(work / "variant.json"), "--target", tid, "--json", store=store)
+    vid = v.json["variant"]["id"]
+    procs = []
+    for seed in range(4):
+        req = tmp_path / f"screen-{seed}.json"
+        req.write_text(json.dumps({"stage": "screen", "seed": 20 + seed}))
+        cmd = [*CKO, "experiment", "--request", str(req), "--target", tid, "--variant", vid, *fleet,
+               "--store", str(store)]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=os.environ | {"PYTHONPATH": str(ROOT)} | cluster.env))
+    docs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=400)
+        assert proc.returncode == 0, out[-2000:] + err[-2000:]
+        docs.append(json.loads(out))
+    windows, nodes = [], set()
+    for doc in docs:
+        exp = _record(store, "experiments", doc["experiment"]["id"])
+        (ran_on,) = exp["ran_on"]
+        nodes.add(ran_on["node_id"])
+        res = json.loads((store / "invocations" / exp["invocation"]["id"] / "result.json").read_text())
+        windows.append((_ts(res["started_at"]), _ts(res["ended_at"])))
+        assert doc["cases"][0]["verdict"] == "regressed", doc  # the slower candidate, wherever it ran
+    assert _max_overlap(windows) == 4, windows
+    assert len(nodes) == 2  # two slots per node: both nodes measured
+    v = _verify(store, cluster.env)
+    assert v["checked"]["invocations"] == 5  # the smoke and four screens
 
 
 @pytest.mark.docker
