@@ -773,16 +773,26 @@ class Fleet:
         if ray.is_initialized():
             return
         _check_reachable(self.address)
-        try:
-            ray.init(
-                address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.ERROR
-            )
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise unavailable(
-                f"no Ray cluster answers at {self.address}: {str(exc).splitlines()[0][:300]}",
-                code="fleet_unreachable",
-                field="fleet",
-            ) from None
+        # Ray Client's proxy starts a server process per client; on a busy head that start can miss
+        # its deadline ("Initialization failure from server") though the cluster is fine: try again.
+        attempts = 3 if self.address.startswith("ray://") else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                ray.init(
+                    address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.ERROR
+                )
+                return
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                if attempt < attempts and "Initialization failure" in str(exc):
+                    with contextlib.suppress(Exception):  # whatever the failed attempt left behind
+                        ray.shutdown()
+                    time.sleep(2.0 * attempt)
+                    continue
+                raise unavailable(
+                    f"no Ray cluster answers at {self.address}: {str(exc).splitlines()[0][:300]}",
+                    code="fleet_unreachable",
+                    field="fleet",
+                ) from None
 
     def close(self) -> None:
         """Disconnect from the cluster (stops Ray's driver threads)."""
