@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -96,8 +97,6 @@ def adversarial_target(example: Path, tmp: Path, case: dict, *, pairs: int = 12,
     check_fraction 0.5 over `pairs` pairs: a candidate right only on the first checked run escapes
     with probability 0.5 ** (pairs - 1).
     """
-    import shutil
-
     work = tmp / example.name
     shutil.copytree(example, work, ignore=shutil.ignore_patterns("__pycache__", "candidate"))
     req = json.loads((work / "readiness.json").read_text())

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from ..cliutil import Outcome, common, handled, progress_console
+from ..cliutil import Outcome, common, fleet_options, handled, progress_console
 from ..errors import bad_request
 from ..executor import open_executor
 from ..invocation import Plan
@@ -49,7 +49,7 @@ def invocation_table(res: dict) -> Table:
 
 @click.command("exec", context_settings={"ignore_unknown_options": True})
 @click.option("--image", default="cpu", type=click.Choice(["cpu", "cuda"]), show_default=True)
-@click.option("--gpus", help="all, none, or a comma-separated list of GPU UUIDs (or indexes).")
+@click.option("--gpus", help="all, none, or a comma-separated list of GPU UUIDs (or indexes); with --fleet, a count.")
 @click.option("--gpu-mode", type=click.Choice(["nvidia", "cdi", "devices", "none"]),
               help="GPU passthrough mode (default: the best usable, see `cko doctor`).")
 @click.option("--timeout", "timeout", type=float, default=600.0, show_default=True, help="Seconds before stop/kill.")
@@ -59,9 +59,7 @@ def invocation_table(res: dict) -> Table:
 @click.option("--cpus", type=float, help="CPU limit (cores).")
 @click.option("--workdir", default="/tmp", show_default=True, help="Working directory inside the container.")
 @click.option("--policy", "policy", type=click.Path(path_type=Path), help="Ops policy YAML (default $CKO_POLICY).")
-@click.option("--fleet", "fleet", metavar="ADDRESS",
-              help="Run it on a Ray cluster (host:port, ray://..., auto); --gpus is then a count. See docs/fleet.md.")
-@click.option("--gpu-model", help="With --fleet: take the custom resource gpu:<MODEL> per GPU (e.g. H200).")
+@fleet_options
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @common
 @handled
