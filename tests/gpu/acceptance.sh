@@ -111,8 +111,10 @@ phase_aa() {
   for i in $(seq $(( $(wc -l < $W/aa.jsonl) + 1 )) 20); do
     [ "$(left)" -gt 15 ] || { echo "stopping A/A at $i: time"; return 1; }
     printf '{"stage": "target", "pairs": 10, "seed": %d}\n' "$i" > $W/aa-exp.json
+    local t0; t0=$(date +%s.%N)
     python3 -m runner experiment --request $W/aa-exp.json --target "$TT" --variant "$AV" --store $W/torch-layernorm --json \
-      | python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({"outcome": d.get("outcome"), "aa_control": d.get("aa_control"), "cases": d.get("cases")}))' >> $W/aa.jsonl
+      | python3 -c 'import json,sys,time; d=json.load(sys.stdin); print(json.dumps({"outcome": d.get("outcome"), "aa_control": d.get("aa_control"), "cases": d.get("cases"), "seconds": round(time.time() - float(sys.argv[1]), 1)}))' "$t0" >> $W/aa.jsonl
+    tail -n 1 $W/aa.jsonl | cut -c 1-300
   done
 }
 

@@ -3,6 +3,7 @@
 Usage: python3 tests/gpu/summarize.py /tmp/acc   (what acceptance.sh leaves there; missing parts are named)
 """
 
+import collections
 import json
 import sys
 from pathlib import Path
@@ -77,4 +78,9 @@ if aa.exists():
     acc = sum(1 for r in rows if r.get("outcome") == "accepted")
     effects = sorted(c["effect_pct"] for r in rows for c in (r.get("cases") or []) if c.get("effect_pct") is not None)
     span = f"; effects {effects[0]:+.2f} .. {effects[-1]:+.2f}%" if effects else ""
-    print(f"A/A experiments: {acc}/{len(rows)} accepted (false positives){span}")
+    outcomes = collections.Counter(str(r.get("outcome")) for r in rows)
+    verdicts = collections.Counter(str(c.get("verdict")) for r in rows for c in (r.get("cases") or []))
+    secs = sorted(r["seconds"] for r in rows if isinstance(r.get("seconds"), (int, float)))
+    took = f"; {secs[len(secs) // 2]:.0f} s each (median)" if secs else ""
+    print(f"A/A experiments: {acc}/{len(rows)} accepted (false positives){span}{took}")
+    print(f"  outcomes {dict(outcomes)}; per-case verdicts {dict(verdicts)}")
