@@ -34,6 +34,7 @@
 from __future__ import annotations
 
 import codecs
+import hashlib
 import os
 from array import array
 from operator import itemgetter
@@ -42,7 +43,7 @@ from typing import Any, Literal, Union
 
 from pydantic_core import from_json  # the reference decoder: faster than the stdlib's (~1.7x), same result
 
-from .common import Binding, Facts, FactSet, Refusal, ReportIdentity, identity_mismatches, no_gc, open_report
+from .common import Binding, Facts, FactSet, Refusal, ReportIdentity, identity_mismatches, no_gc
 
 try:
     import msgspec
@@ -139,9 +140,12 @@ def _cuda_version(v: Any) -> str | None:
 
 
 def read_trace(path: str | Path) -> bytes:
-    """The file's bytes, read once (both paths decode these)."""
+    """The file's bytes, read once: both paths decode these, and the recorded sha256 is theirs
+    (a file rewritten while being parsed cannot get one file's digest on another's facts)."""
     p = Path(path)
     try:
+        if not p.is_file():
+            raise Refusal("unreadable", f"{p} is not a regular file", field="report")
         with open(p, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size > MAX_BYTES:
@@ -576,23 +580,22 @@ def parse_torch_trace(
     summary_limit: int = 200,
 ) -> TorchTraceFacts:
     """Facts from a PyTorch Profiler Chrome trace, or a Refusal."""
-    digest, size = open_report(path)
     if max_events < 0 or summary_limit < 0:
         raise Refusal("bad_request", "max_events and summary_limit must be >= 0", field="max_events")
     with no_gc():  # the whole parse: millions of live objects, none of them in a cycle
-        return _facts(path, digest, size, tool_version, bound_to, max_events, summary_limit)
+        # the bytes are passed, not kept here, so _facts can free them before building the facts
+        return _facts(path, read_trace(path), tool_version, bound_to, max_events, summary_limit)
 
 
 def _facts(
     path: str | Path,
-    digest: str,
-    size: int,
+    data: bytes,
     tool_version: str | None,
     bound_to: Binding | None,
     max_events: int,
     summary_limit: int,
 ) -> TorchTraceFacts:
-    data = read_trace(path)
+    digest, size = hashlib.sha256(data).hexdigest(), len(data)
     fast = scan_fast(data)
     if fast is None:
         doc = decode_trace(data, Path(path).name)
