@@ -10,6 +10,7 @@
 #   sass         `cko sass --binary` on the candidate's sm_90a cubin (cuobjdump in the cuda image)
 #   adversarial  the GPU adversarial candidates (tests/adversarial/gpu) through pytest -m gpu
 #   aa           20 A/A target experiments (identical variant) on torch-layernorm: the false-positive rate
+#   parse        benchmarks/parse_speed.py on one core of the GPU host (not in the default list)
 #   pytest       every test marked gpu (python3 -m pytest -m gpu tests): the loops again as assertions, the
 #                adversarial suite, the examples' drivers on the GPU (not in the default list: it repeats)
 # A phase is started only while fewer than ACC_DEADLINE_S seconds (default 540) have passed since this
@@ -92,6 +93,11 @@ phase_adversarial() {
   grep -q " passed" $W/adversarial.txt && ! grep -qE " (failed|error)" $W/adversarial.txt
 }
 
+phase_parse() {  # the parsers' speed on one core of this host (#6's goals), bare: no GPU involved
+  python3 benchmarks/parse_speed.py --ncu-mb 50 --trace-events 1000000 --repeat 3 2>&1 | tee $W/parse.txt
+  grep -q "events/s" $W/parse.txt
+}
+
 phase_pytest() {
   python3 -m pytest -q -p no:cacheprovider -m gpu tests ${PYTEST_K:+-k "$PYTEST_K"} --junitxml $W/pytest-gpu.xml 2>&1 \
     | tail -n 40 | tee $W/pytest-gpu.txt
@@ -119,7 +125,7 @@ phase_aa() {
 }
 
 # seconds a phase needs at least (estimates; README.md has what each took); not started with less left
-declare -A NEED=([loops]=150 [ceilings]=30 [grant]=15 [overhead]=40 [ncu]=60 [sass]=20 [adversarial]=150 [aa]=30 [pytest]=150)
+declare -A NEED=([loops]=150 [ceilings]=30 [grant]=15 [overhead]=40 [ncu]=60 [sass]=20 [adversarial]=150 [aa]=30 [pytest]=150 [parse]=90)
 for p in "${PHASES[@]}"; do
   if [ -e $W/done.$p ]; then echo "phase $p: done before"; continue; fi
   if [ "$(left)" -le "${NEED[$p]:-30}" ]; then echo "phase $p: not started, $(left) s left, needs ${NEED[$p]:-30}"; continue; fi

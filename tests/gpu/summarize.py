@@ -69,6 +69,11 @@ if sass:
     print(f"sass --binary: {len(fs)} function(s) {sass.get('message') or ''}".strip())
     for f in fs[:3]:
         print(f"  {str(f.get('name'))[-40:]}: {f.get('instructions')} instructions, LDG widths {f.get('global_load_widths')}, local {f.get('uses_local_memory')}")
+if (out / "parse.txt").exists():
+    print("parse speed, one core of the GPU host:")
+    for line in (out / "parse.txt").read_text().splitlines():
+        if "/s" in line:
+            print("  " + line.rstrip())
 for name, what in (("adversarial.txt", "GPU adversarial"), ("pytest-gpu.txt", "pytest -m gpu")):
     if (out / name).exists():
         print(f"{what}: " + ((out / name).read_text().strip().splitlines() or ["(no output)"])[-1])
