@@ -7,6 +7,8 @@ Run on a GPU machine after `source tests/gpu/prepare.sh` and the cuda image buil
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,44 @@ def test_loop_on_gpu_example(example: str, store: Path) -> None:
                 v["variant"]["id"], "--json", store=store, timeout=900)
     assert t.code == 0, t.stdout
     assert t.json["outcome"] == "accepted", json.dumps(t.json)[:2000]
+    sel = run_cko("champion", "select", "--experiment", t.json["experiment"]["id"], "--json", store=store)
+    assert sel.code == 0, sel.stdout
+    a = run_cko("audit", "--json", store=store, timeout=900)  # re-runs original vs champion in the pinned image
+    assert a.code == 0 and a.json["holds"] is True, a.stdout[-3000:]
+    ver = run_cko("verify", "--json", store=store)
+    assert ver.code == 0 and ver.json["ok"] is True, ver.stdout[-2000:]
+
+
+def test_ncu_collect_on_the_cuda_example(store: Path, tmp_path: Path) -> None:
+    """`cko profile ncu --collect`: the driver under ncu in the sandbox, its CSV parsed into launches."""
+    ex = ROOT / "examples" / "cuda-reduce"
+    r = run_cko("readiness", "--request", str(ex / "readiness.json"), "--json", store=store, timeout=900)
+    assert r.code == 0, r.stdout
+    (tmp_path / "policy.yaml").write_text("allow_profiler_counters: true\n")
+    (tmp_path / "collect.json").write_text(json.dumps({"subject": "original", "reps": 1}))
+    c = run_cko("profile", "ncu", "--collect", "--request", str(tmp_path / "collect.json"), "--target",
+                r.json["target"]["id"], "--policy", str(tmp_path / "policy.yaml"), "--json", store=store, timeout=900)
+    assert c.code == 0, c.stdout[-3000:]
+    assert c.json.get("limitation") is None and c.json["facts"].get("limitation") is None, c.json
+    rows = [la for la in c.json["facts"]["launches"] if "row_sum" in la["name"]]
+    assert rows, [la["name"] for la in c.json["facts"]["launches"]]
+    assert all(la["duration_ns"] and la["duration_ns"] > 0 and la["registers_per_thread"] for la in rows), rows
+    assert all(la["dram_throughput_pct"] is not None for la in rows), rows
+
+
+def test_sass_binary_of_the_cuda_candidate(store: Path, tmp_path: Path) -> None:
+    """`cko sass --binary` (cuobjdump in the cuda image) on the candidate built for sm_90a: 16-byte loads."""
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    if not Path(nvcc).is_file():
+        pytest.skip("no nvcc on this host to build the cubin")
+    cubin = tmp_path / "candidate.cubin"
+    subprocess.run([nvcc, "-arch=sm_90a", "-cubin", "-o", str(cubin),
+                    str(ROOT / "examples" / "cuda-reduce" / "candidate" / "kernel.cu")], check=True, timeout=300)
+    r = run_cko("sass", "--binary", str(cubin), "--json", store=store, timeout=600)
+    assert r.code == 0, r.stdout[-3000:]
+    fns = r.json["facts"]["sass"]["functions"]
+    assert fns and all(f["arch"] and "90" in f["arch"] for f in fns), fns
+    assert any(f["global_load_widths"].get("16") for f in fns), [f["global_load_widths"] for f in fns]
 
 
 GPU_ADV = ROOT / "tests" / "adversarial" / "gpu"
