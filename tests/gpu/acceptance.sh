@@ -72,13 +72,18 @@ phase_overhead() {
   python3 tests/gpu/overhead.py $W/overhead-driver.json 2>&1 | tail -n 5 | tee -a $W/overhead.txt
 }
 
-phase_ncu() {
-  local T; T=$(target_of cuda-reduce)
+phase_ncu() {  # the original, then the candidate (a variant of the same Target)
+  local T V; T=$(target_of cuda-reduce)
   printf 'allow_profiler_counters: true\n' > $W/policy.yaml
   printf '{"subject": "original", "reps": 2}\n' > $W/collect.json
   python3 -m runner profile ncu --collect --request $W/collect.json --target "$T" --policy $W/policy.yaml \
     --store $W/cuda-reduce --json > $W/ncu-collect.json; echo "rc=$?"
   head -c 1500 $W/ncu-collect.json; echo
+  V=$(python3 -m runner variant --request examples/cuda-reduce/variant.json --target "$T" --store $W/cuda-reduce --json \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["variant"]["id"])')
+  printf '{"subject": "%s", "reps": 1}\n' "$V" > $W/collect-candidate.json
+  python3 -m runner profile ncu --collect --request $W/collect-candidate.json --target "$T" --policy $W/policy.yaml \
+    --store $W/cuda-reduce --json > $W/ncu-collect-candidate.json; echo "rc=$?"
 }
 
 phase_sass() {

@@ -54,13 +54,16 @@ ov = load("overhead-driver.json")
 if ov:
     print(f"overhead: driver bare {ov['bare']['wall_s']} s, in cko exec {ov['cko_exec']['wall_s']} s "
           f"({ov['overhead_s']:+.2f} s); kernel median {ov['bare']['median_ms']:.4f} vs {ov['cko_exec']['median_ms']:.4f} ms")
-ncu = load("ncu-collect.json")
-if ncu:
+for report, who in (("ncu-collect.json", "original"), ("ncu-collect-candidate.json", "candidate")):
+    ncu = load(report)
+    if not ncu:
+        continue
     facts = ncu.get("facts") or {}
     launches = facts.get("launches") or []
-    print(f"ncu --collect: state {ncu.get('state')}, limitation {ncu.get('limitation') or facts.get('limitation')}, "
+    print(f"ncu --collect ({who}): state {ncu.get('state')}, limitation {ncu.get('limitation') or facts.get('limitation')}, "
           f"{len(launches)} launch(es) {ncu.get('message') or ''}".strip())
-    for la in launches[:4]:
+    # the subject's kernels first: the harness's own (torch's randn, copies, the float64 reference) follow
+    for la in sorted(launches, key=lambda la: "at::" in str(la.get("name")))[:4]:
         print(f"  {str(la.get('name'))[:40]:40} {la.get('duration_ns')} ns, DRAM {la.get('dram_throughput_pct')}%, "
               f"occupancy {la.get('achieved_occupancy_pct')}%, {la.get('registers_per_thread')} regs")
 sass = load("sass.json")
