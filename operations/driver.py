@@ -17,7 +17,9 @@ What `main` does, so a candidate cannot game the numbers (README, threat model):
   subjects of one pair; an `out` buffer in the inputs is poisoned with NaN before every run;
 - warm-up runs excluded; timing by CUDA events with a whole-device synchronise inside the window
   (work on other streams or left asynchronous is inside it), or perf_counter_ns on the CPU; an
-  independent wall clock of the same window must agree with the event time;
+  independent wall clock of the same window must agree with the event time; an event on the
+  launching stream as the run returns records the stream's own time too (`stream_ns`, for the
+  record only: the synchronise's round trip costs ~90 us a sample on the lent H200);
 - the outputs of timed runs are checked: the first of each subject/case and a random share chosen
   only after the run returned; NaN/Inf never passes; relative L2 and max-abs error vs the reference;
 - the timers and synchronisation functions are captured before subject code loads and checked
@@ -152,7 +154,9 @@ class _Backend:
     def sync(self) -> None:
         return None
 
-    def time(self, fn: Callable[[], Any]) -> tuple[Any, int, int]:
+    def time(self, fn: Callable[[], Any]) -> tuple[Any, int, int, int | None]:
+        """(the run's result, the window's time, the wall clock of the window, the launching
+        stream's time where the clock has one) in ns."""
         gc.collect()
         gc.disable()
         try:
@@ -161,7 +165,7 @@ class _Backend:
             w1 = _perf_ns()
         finally:
             gc.enable()
-        return out, w1 - w0, w1 - w0
+        return out, w1 - w0, w1 - w0, None
 
     def guarded(self) -> dict[str, Any]:
         """The timing functions as the modules hold them now (compared with a copy taken at start)."""
@@ -184,8 +188,8 @@ class _DeviceEvents(_Backend):
     def sync(self) -> None:
         self.synchronize()
 
-    def time(self, fn: Callable[[], Any]) -> tuple[Any, int, int]:
-        start, end = self.new_event(), self.new_event()
+    def time(self, fn: Callable[[], Any]) -> tuple[Any, int, int, int | None]:
+        start, returned, end = self.new_event(), self.new_event(), self.new_event()
         gc.collect()
         gc.disable()
         try:
@@ -193,6 +197,8 @@ class _DeviceEvents(_Backend):
             w0 = _perf_ns()
             self.record(start)
             out = fn()
+            # On the launching stream only: the run's own time, for the record (it misses other streams)
+            self.record(returned)
             # Whole device: kernels on other streams or left in flight land inside the window.
             self.synchronize()
             self.record(end)
@@ -200,7 +206,7 @@ class _DeviceEvents(_Backend):
             w1 = _perf_ns()
         finally:
             gc.enable()
-        return out, int(self.elapsed_ms(start, end) * 1e6), w1 - w0
+        return out, int(self.elapsed_ms(start, end) * 1e6), w1 - w0, int(self.elapsed_ms(start, returned) * 1e6)
 
 
 class _TorchCuda(_DeviceEvents):
@@ -437,7 +443,7 @@ def drive(req: DriverRequest, make_inputs: Callable[..., Any], run: Callable[[An
             impls[item.subject] = loader(s.id, s.path, req.entry)
             check_integrity(f"load {s.id}")
         impl = impls[item.subject]
-        st = per.setdefault(key, {"reps": [], "samples": {m.name: [] for m in req.metrics}, "wall": [], "sm": [],
+        st = per.setdefault(key, {"reps": [], "samples": {m.name: [] for m in req.metrics}, "wall": [], "sm": [], "stream": [],
                                   "checks": 0, "checked": [], "seeds": [], "worst_rel": 0.0, "worst_abs": 0.0,
                                   "passed": True, "detail": ""})
         if key not in warmed:
@@ -453,7 +459,7 @@ def drive(req: DriverRequest, make_inputs: Callable[..., Any], run: Callable[[An
         poison(inputs)
         backend.sync()
         sm0 = clocks.sm()
-        out, t_ns, wall_ns = backend.time(functools.partial(run, impl, inputs))
+        out, t_ns, wall_ns, stream_ns = backend.time(functools.partial(run, impl, inputs))
         sm1 = clocks.sm()
         check_integrity(f"{item.subject}/{item.case}/rep {item.rep}")
         if t_ns > wall_ns * 1.05 + 20_000 or (wall_ns > 1_000_000 and t_ns < 0.5 * wall_ns - 200_000):
@@ -461,6 +467,8 @@ def drive(req: DriverRequest, make_inputs: Callable[..., Any], run: Callable[[An
                              f"{wall_ns} ns of the same window disagree")
         st["reps"].append(item.rep)
         st["wall"].append(int(wall_ns))
+        if stream_ns is not None:
+            st["stream"].append(stream_ns)
         st["sm"].append([sm0, sm1])
         for m in req.metrics:
             if m.name in extra:
@@ -489,6 +497,7 @@ def drive(req: DriverRequest, make_inputs: Callable[..., Any], run: Callable[[An
 
         series.append(Series(
             subject=subject, case=case_id, reps=st["reps"], samples=st["samples"], wall_ns=st["wall"], sm_mhz=st["sm"],
+            stream_ns=st["stream"],
             accuracy=Accuracy(passed=st["passed"], checks=st["checks"], checked_reps=st["checked"],
                               worst_rel_l2=fin(st["worst_rel"]), worst_max_abs=fin(st["worst_abs"]),
                               tolerance=tol, detail=st["detail"], input_seeds=st["seeds"])))

@@ -107,6 +107,10 @@ class Series(Closed):
     reps: list[int]
     samples: dict[str, list[float]]  # metric name -> one value per rep, in `reps` order
     wall_ns: list[int] = Field(default_factory=list)  # independent wall clock of the same windows
+    # Device clocks only: from the window's start to an event recorded on the launching stream as the
+    # run returned, before the whole-device synchronise. Not a sample: the window (samples) is what
+    # counts; this shows what the synchronise's round trip adds to it (tests/gpu/README.md).
+    stream_ns: list[int] = Field(default_factory=list)
     sm_mhz: list[list[int | None]] = Field(default_factory=list)  # [start, end] per rep, where known
     accuracy: Accuracy
 
@@ -169,6 +173,8 @@ def validate_result(req: DriverRequest, res: DriverResult, subjects: list[str] |
                 e("non_finite", f"{where}.samples.{name}", f"{len(bad)} non-finite sample(s)")
             elif any(v <= 0 for v in vals) and metric_units[name] in UNIT_SCALE_TO_NS:
                 e("non_positive", f"{where}.samples.{name}", "a time sample is zero or negative")
+        if s.stream_ns and len(s.stream_ns) != len(s.reps):
+            e("wrong_sample_count", f"{where}.stream_ns", f"{len(s.stream_ns)} stream times, expected {len(s.reps)}")
         extra = set(s.samples) - set(metric_units)
         for name in sorted(extra):
             e("unknown_metric", f"{where}.samples.{name}", f"metric {name!r} was not declared")

@@ -88,7 +88,8 @@ def test_device_clock_window_synchronises_the_whole_device_before_the_end_event(
         log.append("record")
 
     clock.record = record
-    clock.elapsed_ms = lambda a, b: 2.5
-    out, t_ns, wall_ns = clock.time(lambda: log.append("run") or "out")
-    assert out == "out" and t_ns == 2_500_000 and wall_ns > 0
-    assert log == ["device sync", "record", "run", "device sync", "record", "event sync"]
+    clock.elapsed_ms = lambda a, b: b.at - a.at  # "ms" = log entries between the two records
+    out, t_ns, wall_ns, stream_ns = clock.time(lambda: log.append("run") or "out")
+    assert log == ["device sync", "record", "run", "record", "device sync", "record", "event sync"]
+    # the window spans the device sync; the stream's own time ends where the run returned, before it
+    assert out == "out" and t_ns == 4_000_000 and stream_ns == 2_000_000 and wall_ns > 0

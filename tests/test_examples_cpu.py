@@ -294,6 +294,9 @@ def test_cuda_reduce_on_gpu(tmp_path, monkeypatch):
     assert validate_result(req, res) == [] and res.integrity == []
     for s in res.series:
         assert s.accuracy.passed, (s.subject, s.case, s.accuracy.detail)
+        # the launching stream's own time ends inside the window, which adds the device synchronise
+        assert len(s.stream_ns) == len(s.reps), s
+        assert all(0 < t <= w * 1e6 for t, w in zip(s.stream_ns, s.samples["time"], strict=True)), s
 
 
 # -- the GPU adversarial candidates whose trick needs no CUDA, through the same helper on CPU tensors ------

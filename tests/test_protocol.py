@@ -112,6 +112,15 @@ def test_validate_result_contract_errors(res: DriverResult, code: str) -> None:
     assert errs and errs[0].code == code, errs
 
 
+def test_stream_times_must_match_the_repetitions() -> None:
+    res = _res([1.0, 1.1])
+    assert validate_result(_req(), res.model_copy(update={"series": [
+        res.series[0].model_copy(update={"stream_ns": [900_000, 950_000]})]})) == []
+    errs = validate_result(_req(), res.model_copy(update={"series": [
+        res.series[0].model_copy(update={"stream_ns": [900_000]})]}))
+    assert [(e.code, e.field) for e in errs] == [("wrong_sample_count", "series[a/c].stream_ns")]
+
+
 @pytest.mark.parametrize("kw,msg", [
     ({"protocol": "cko/driver-v2"}, "unknown protocol version"),
     ({"schedule": [{"subject": "zz", "case": "c", "rep": 0}]}, "is not a subject"),
@@ -121,3 +130,21 @@ def test_validate_result_contract_errors(res: DriverResult, code: str) -> None:
 def test_driver_request_is_closed_and_checked(kw: dict, msg: str) -> None:
     with pytest.raises(ValueError, match=msg):
         _req(**kw)
+
+
+def test_stream_medians_cover_the_kept_pairs_only() -> None:
+    """The experiment's stream-time medians use the pairs the clock rule keeps, like its sample medians."""
+    from operations.protocol import Accuracy, Series
+    from runner.workflow.analysis import kept_pairs, stream_median
+
+    def series(subject: str, stream: list[int], sm: list[list[int | None]]) -> Series:
+        return Series(subject=subject, case="c", reps=[0, 1, 2, 3], samples={"time": [1.0] * 4},
+                      stream_ns=stream, sm_mhz=sm, accuracy=Accuracy(passed=True, checks=1))
+
+    settled: list[list[int | None]] = [[1980, 1980]] * 4
+    ref = series("a", [100, 200, 300, 10_000], [[1980, 1980], [1980, 1980], [1980, 1980], [600, 1980]])
+    cand = series("b", [10, 20, 30, 40], settled)
+    kept, excluded = kept_pairs(ref, cand, exclude_ramping=True)
+    assert kept == [0, 1, 2] and excluded == 1  # rep 3 started at 600 MHz: still ramping
+    assert stream_median(ref, kept) == 200 and stream_median(cand, kept) == 20
+    assert stream_median(series("c", [], settled), kept) is None  # a CPU clock records none

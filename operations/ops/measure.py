@@ -158,6 +158,7 @@ def merge(parts: list[DriverResult]) -> DriverResult:
         })
         merged.append(Series(subject=subject, case=case, reps=reps, samples=samples,
                              wall_ns=[w for s in ss for w in s.wall_ns], sm_mhz=[c for s in ss for c in s.sm_mhz],
+                             stream_ns=[t for s in ss for t in s.stream_ns],
                              accuracy=acc))
     first = parts[0]
     return DriverResult(protocol=first.protocol, mode=first.mode, series=merged, environment=first.environment,

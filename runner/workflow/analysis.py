@@ -27,13 +27,27 @@ def ramping_reps(s: Series) -> set[int]:
     return {rep for rep, c in zip(s.reps, s.sm_mhz, strict=False) if c and c[0] and c[0] < RAMP_FRACTION * settled}
 
 
+def kept_pairs(ref: Series, cand: Series, exclude_ramping: bool) -> tuple[list[int], int]:
+    """(the reps both subjects ran and the clock rule keeps, how many it excluded)."""
+    bad = (ramping_reps(ref) | ramping_reps(cand)) if exclude_ramping else set()
+    common = sorted(set(ref.reps) & set(cand.reps))
+    kept = [i for i in common if i not in bad]
+    return kept, len(common) - len(kept)
+
+
 def pairs_for(ref: Series, cand: Series, metric: str, exclude_ramping: bool) -> tuple[list[float], list[float], int]:
     r = dict(zip(ref.reps, ref.samples[metric], strict=True))
     c = dict(zip(cand.reps, cand.samples[metric], strict=True))
-    bad = (ramping_reps(ref) | ramping_reps(cand)) if exclude_ramping else set()
-    common = sorted(set(r) & set(c))
-    kept = [i for i in common if i not in bad]
-    return [r[i] for i in kept], [c[i] for i in kept], len(common) - len(kept)
+    kept, excluded = kept_pairs(ref, cand, exclude_ramping)
+    return [r[i] for i in kept], [c[i] for i in kept], excluded
+
+
+def stream_median(s: Series, kept: list[int]) -> float | None:
+    """Median over the kept reps of the launching stream's own time (ns), where the clock records it."""
+    if not kept or len(s.stream_ns) != len(s.reps):
+        return None
+    t = dict(zip(s.reps, s.stream_ns, strict=True))
+    return statistics.median(t[i] for i in kept)
 
 
 def analyse_case(target: Target, res: DriverResult, case: str, ref_id: str, cand_id: str, seed: int,
@@ -70,10 +84,13 @@ def analyse_case(target: Target, res: DriverResult, case: str, ref_id: str, cand
                                            confidence=target.plan.confidence, seed=seed,
                                            resamples=target.plan.bootstrap_resamples, metric=c.metric.name
                                            ).model_dump(mode="json"))
+    kept, _ = kept_pairs(ref, cand, target.plan.exclude_ramping)
     return CaseAnalysis(case=case, pairs=len(a), excluded_pairs=excluded, exclusion_rule=RAMP_RULE if
                         target.plan.exclude_ramping else "none", primary=primary, constraints=cons,
                         reference_median=statistics.median(a) if a else None,
-                        candidate_median=statistics.median(b) if b else None)
+                        candidate_median=statistics.median(b) if b else None,
+                        reference_stream_median_ns=stream_median(ref, kept),
+                        candidate_stream_median_ns=stream_median(cand, kept))
 
 
 def combine(verdicts: list[str]) -> str:

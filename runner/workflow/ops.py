@@ -476,7 +476,9 @@ def experiment_doc(rec: Experiment, ref: Ref) -> dict[str, Any]:
                        "effect_pct": c.primary.get("effect_pct"), "ci_low_pct": c.primary.get("ci_low_pct"),
                        "ci_high_pct": c.primary.get("ci_high_pct"), "wilcoxon_p": c.primary.get("wilcoxon_p"),
                        "verdict": c.primary.get("verdict"), "reference_median": c.reference_median,
-                       "candidate_median": c.candidate_median} for c in rec.cases]}
+                       "candidate_median": c.candidate_median,
+                       "reference_stream_median_ns": c.reference_stream_median_ns,
+                       "candidate_stream_median_ns": c.candidate_stream_median_ns} for c in rec.cases]}
 
 
 def _merge_results(parts: list[Any]) -> Any:

@@ -113,6 +113,10 @@ class CaseAnalysis(Closed):
     # medians of the primary metric over the kept pairs, in its unit: what each subject achieved
     reference_median: float | None = None
     candidate_median: float | None = None
+    # GPU clocks: the same medians of the launching stream's own time in ns, without the window's
+    # whole-device synchronise (operations.protocol.Series.stream_ns); None where not recorded
+    reference_stream_median_ns: float | None = None
+    candidate_stream_median_ns: float | None = None
 
 
 class Experiment(Closed):
