@@ -35,11 +35,11 @@ def kept_pairs(ref: Series, cand: Series, exclude_ramping: bool) -> tuple[list[i
     return kept, len(common) - len(kept)
 
 
-def pairs_for(ref: Series, cand: Series, metric: str, exclude_ramping: bool) -> tuple[list[float], list[float], int]:
+def pairs_for(ref: Series, cand: Series, metric: str, kept: list[int]) -> tuple[list[float], list[float]]:
+    """The two subjects' samples of `metric` at the kept reps, in pair order."""
     r = dict(zip(ref.reps, ref.samples[metric], strict=True))
     c = dict(zip(cand.reps, cand.samples[metric], strict=True))
-    kept, excluded = kept_pairs(ref, cand, exclude_ramping)
-    return [r[i] for i in kept], [c[i] for i in kept], excluded
+    return [r[i] for i in kept], [c[i] for i in kept]
 
 
 def stream_median(s: Series, kept: list[int]) -> float | None:
@@ -56,7 +56,8 @@ def analyse_case(target: Target, res: DriverResult, case: str, ref_id: str, cand
     sm = series_map(res)
     ref, cand = sm[(ref_id, case)], sm[(cand_id, case)]
     prim = target.objective.primary
-    a, b, excluded = pairs_for(ref, cand, prim.name, target.plan.exclude_ramping)
+    kept, excluded = kept_pairs(ref, cand, target.plan.exclude_ramping)
+    a, b = pairs_for(ref, cand, prim.name, kept)
     primary: dict[str, Any]
     if len(a) < 2:
         primary = {"verdict": "inconclusive", "reason": f"only {len(a)} usable pair(s) after exclusions",
@@ -76,7 +77,7 @@ def analyse_case(target: Target, res: DriverResult, case: str, ref_id: str, cand
                                 metric=prim.name).model_dump(mode="json")
     cons = []
     for c in target.objective.constraints:
-        ca, cb, _ = pairs_for(ref, cand, c.metric.name, target.plan.exclude_ramping)
+        ca, cb = pairs_for(ref, cand, c.metric.name, kept)
         if len(ca) < 2:
             cons.append({"metric": c.metric.name, "verdict": "inconclusive", "reason": "too few pairs"})
             continue
@@ -84,7 +85,6 @@ def analyse_case(target: Target, res: DriverResult, case: str, ref_id: str, cand
                                            confidence=target.plan.confidence, seed=seed,
                                            resamples=target.plan.bootstrap_resamples, metric=c.metric.name
                                            ).model_dump(mode="json"))
-    kept, _ = kept_pairs(ref, cand, target.plan.exclude_ramping)
     return CaseAnalysis(case=case, pairs=len(a), excluded_pairs=excluded, exclusion_rule=RAMP_RULE if
                         target.plan.exclude_ramping else "none", primary=primary, constraints=cons,
                         reference_median=statistics.median(a) if a else None,

@@ -219,7 +219,9 @@ def baseline(store: Store, req: BaselineRequest, progress: Progress,
     cases = []
     for c in t.cases:
         s = sm[("original", c.id)]
-        a, b, _ = analysis.pairs_for(sm[("aa-ref", c.id)], sm[("aa-cand", c.id)], prim.name, False)
+        aa_ref, aa_cand = sm[("aa-ref", c.id)], sm[("aa-cand", c.id)]
+        kept, _ = analysis.kept_pairs(aa_ref, aa_cand, exclude_ramping=False)
+        a, b = analysis.pairs_for(aa_ref, aa_cand, prim.name, kept)
         res = stats.resolution(a, b, direction=prim.direction, confidence=t.plan.confidence, seed=req.seed,
                                resamples=t.plan.bootstrap_resamples, keep_pairs=True, metric=prim.name)
         r_at = res.resolution_pct_at(t.plan.target_pairs)
