@@ -1,6 +1,6 @@
 """What the helper's GPU timing window adds to a kernel's own time (needs a CUDA GPU, torch and nvcc).
 
-    python3 benchmarks/timing_window.py [--reps 50] [--rows 32768] [--cols 4096]
+    python3 benchmarks/timing_window.py [--reps 50] [--rows 32768] [--cols 4096] [--sched auto|spin|yield|blocking]
 
 The helper (operations/driver.py, `_TorchCuda.time`) times a run as: whole-device synchronise,
 event, the run, whole-device synchronise, event, wait. The second synchronise is what makes work
@@ -51,7 +51,11 @@ def main(argv: list[str]) -> int:
     if a.sched != "auto":
         import ctypes
 
-        cu = ctypes.CDLL("libcuda.so.1")
+        try:
+            cu = ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            print("no libcuda.so.1: no NVIDIA driver")
+            return 2
         flag = {"spin": 1, "yield": 2, "blocking": 4}[a.sched]  # CU_CTX_SCHED_*
         dev = ctypes.c_int()
         if cu.cuInit(0) or cu.cuDeviceGet(ctypes.byref(dev), 0) or cu.cuDevicePrimaryCtxSetFlags(dev, flag):
@@ -71,7 +75,8 @@ def main(argv: list[str]) -> int:
     assert spec and spec.loader
     drv: Any = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(drv)
-    drv.BUILD_ROOT = Path(tempfile.mkdtemp(prefix="cko-window-"))
+    build = tempfile.TemporaryDirectory(prefix="cko-window-")
+    drv.BUILD_ROOT = Path(build.name)  # the subjects' nvcc builds; removed with `build` at exit
     clock = _TorchCuda()
     x = torch.randn(a.rows, a.cols, device="cuda", dtype=torch.float32)
     out = torch.empty(a.rows, device="cuda", dtype=torch.float32)
