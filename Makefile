@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 CKO    := $(VENV)/bin/cko
 PYTHON ?= python3
 
-.PHONY: demo test venv engine images lint typecheck unit gpu-test clean-store
+.PHONY: demo test venv native engine images lint typecheck unit gpu-test clean-store
 
 # The ray extra too, so that tests/test_fleet.py runs its real local Ray cluster instead of
 # skipping: ray[default], as users install it (plain ray lacks the grpcio Ray Client, ray://, needs).
@@ -25,10 +25,18 @@ $(VENV)/.installed: pyproject.toml Makefile
 
 venv: $(VENV)/.installed
 
+# The compiled torch-trace scanner (C, libc only): built beside its source so the images take it.
+# A host without a C compiler gets Debian's gcc; where even that fails, traces parse on the Python
+# paths (same facts, slower) and `make test` says so.
+native: venv
+	@command -v cc >/dev/null 2>&1 || { echo "installing gcc (for the trace scanner)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; } || true
+	@$(PY) -m runner.native
+
 engine:
 	@bash images/ensure-host.sh
 
-images: venv engine
+images: venv native engine
 	$(CKO) images build cpu --offline --if-missing
 
 lint: venv
@@ -39,7 +47,7 @@ typecheck: venv
 	$(VENV)/bin/mypy
 
 test: images lint typecheck
-	CKO_REQUIRE_DOCKER=1 $(VENV)/bin/pytest -q
+	CKO_REQUIRE_DOCKER=1 CKO_REQUIRE_NATIVE=$$(command -v cc >/dev/null && echo 1 || echo 0) $(VENV)/bin/pytest -q
 
 # On the lent H200 (no package index, no Docker: .carry from tests/gpu/make_carry.sh brings both):
 # the engine, the cuda image, then every test marked gpu. See tests/gpu/README.md.

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
+from . import native
 from .canonical import sha256_bytes, sha256_file
 from .errors import CkoError, Exit, bad_request, unavailable
 from .models import Closed
@@ -271,6 +272,12 @@ def build_image(name: str, *, offline: bool, base_image: str | None = None, prog
         build_inputs["build_args"] = dict(buildargs)
     py = "3.11" if name == "cpu" else os.environ.get("CKO_CUDA_PYTHON", "3.12")
     build_inputs["wheels"] = ensure_wheels(progress, py)
+    # the trace scanner is part of the operations code the image bakes in: built first, or the
+    # image would take a stale or missing library (the input hash below covers it)
+    try:
+        native.build(progress=progress)
+    except RuntimeError as exc:
+        raise unavailable(f"building the trace scanner failed: {exc}", field="native") from None
     if base_image:
         buildargs["BASE_IMAGE"] = base_image
         build_inputs["base"] = {"kind": "given", "image": base_image}

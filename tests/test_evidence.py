@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from operations.evidence import torch_trace
+from operations.evidence import torch_trace, trace_native
 from operations.evidence.common import Binding, Refusal
 from operations.evidence.ncu import MODELED, UNITS_2025, normalise_unit, parse_ncu_csv, resolve_version
 from operations.evidence.nsys import parse_nsys_sqlite
@@ -677,8 +677,9 @@ def test_torch_trace_identity_and_caps():
     assert len(f.gpu) == 5 and f.gpu_omitted == 31
 
 
-# The fast path (msgspec into typed structs) and the reference path (the whole document, every
-# event checked) must give the same facts, or the same refusal, for the same bytes.
+# The compiled scanner, the fast path (msgspec into typed structs) and the reference path (the
+# whole document, every event checked) must give the same facts, or the same refusal, for the
+# same bytes. tests/test_trace_native.py holds the scanner to this on more inputs.
 
 
 def _outcome(path: Path, **kw) -> str | tuple:
@@ -690,7 +691,13 @@ def _outcome(path: Path, **kw) -> str | tuple:
 
 def _reference(path: Path, monkeypatch, **kw) -> str | tuple:
     with monkeypatch.context() as m:
-        m.setattr(torch_trace, "msgspec", None)  # as in an environment without it
+        m.setattr(torch_trace, "msgspec", None)  # as in an environment without it (no scanner either)
+        return _outcome(path, **kw)
+
+
+def _python_fast(path: Path, monkeypatch, **kw) -> str | tuple:
+    with monkeypatch.context() as m:
+        m.setattr(trace_native, "LIB", None)  # as where the scanner is not built
         return _outcome(path, **kw)
 
 
@@ -759,7 +766,7 @@ def test_torch_trace_fast_path_matches_reference(tmp_path, monkeypatch, case):
     for kw in ({}, {"max_events": 5, "summary_limit": 2}):
         fast = _outcome(p, **kw)
         assert isinstance(fast, str)
-        assert fast == _reference(p, monkeypatch, **kw)
+        assert fast == _reference(p, monkeypatch, **kw) == _python_fast(p, monkeypatch, **kw)
 
 
 RAW = TRACE.read_bytes()
@@ -802,7 +809,7 @@ def test_torch_trace_text_variants(tmp_path, monkeypatch, case):
     data, refusal = TEXT_CASES[case]
     p = _write(tmp_path, "t.json", data)
     got = _outcome(p)
-    assert got == _reference(p, monkeypatch)
+    assert got == _reference(p, monkeypatch) == _python_fast(p, monkeypatch)
     if refusal is None:
         assert isinstance(got, str) and json.loads(got)["events"] > 300
     else:

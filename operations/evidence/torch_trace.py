@@ -43,6 +43,7 @@ from typing import Any, Literal, Union
 
 from pydantic_core import from_json  # the reference decoder: faster than the stdlib's (~1.7x), same result
 
+from . import trace_native
 from .common import Binding, Facts, FactSet, Refusal, ReportIdentity, identity_mismatches, no_gc
 
 try:
@@ -56,6 +57,8 @@ SCHEMA_VERSIONS = {1}
 DIALECT = "torch-chrome-trace-1"
 DEFAULT_MAX_EVENTS = 20000
 MAX_BYTES = 2 << 30
+# the top-level fields the facts read
+HEAD_KEYS = trace_native.TOP_KEYS
 
 CPU_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cpu_instant_event"})
 API_CATS = frozenset({"cuda_runtime", "cuda_driver"})
@@ -349,6 +352,7 @@ if msgspec is not None:
         gc=False,
     )
     _DECODER = msgspec.json.Decoder(_Trace)
+    _ARGS_DECODER = msgspec.json.Decoder(_Args)  # a kept GPU event's args, from the compiled scanner
     _DECODE_ERRORS: tuple[type[Exception], ...] = (msgspec.MsgspecError, RecursionError)
 
 
@@ -493,12 +497,12 @@ def scan_decoded(trace: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
     return head, scan
 
 
-def _summarise(groups: list[dict[str, Any]]) -> dict[str, list[int]]:
-    """{name: [count, total, min, max]} over the per-category {name: durations} of one summary."""
+def _summarise(groups: list[dict[str, tuple[int, int, int, int]]]) -> dict[str, list[int]]:
+    """{name: [count, total, min, max]} over the per-category {name: (count, total, min, max)}
+    of one summary."""
     acc: dict[str, list[int]] = {}
     for names in groups:
-        for name, ds in names.items():
-            n, total, lo, hi = len(ds), sum(ds), min(ds), max(ds)
+        for name, (n, total, lo, hi) in names.items():
             s = acc.get(name)
             if s is None:
                 acc[name] = [n, total, lo, hi]
@@ -587,6 +591,93 @@ def parse_torch_trace(
         return _facts(path, read_trace(path), tool_version, bound_to, max_events, summary_limit)
 
 
+def scan_native(data: bytes, max_events: int) -> dict[str, Any] | None:
+    """The compiled scanner's findings in the form `_joined` gives, or None where it is not built
+    or declines (the Python paths then decide). Needs msgspec: the few values it hands back as
+    bytes (top-level fields, the kept GPU events' args) are decoded exactly as the fast path
+    decodes them."""
+    if msgspec is None or not trace_native.available():
+        return None
+    found = trace_native.scan(data, KINDS, max_events)
+    if found is None:
+        return None
+    try:
+        head = {k: msgspec.json.decode(found.top[k]) if k in found.top else None for k in HEAD_KEYS}
+    except _DECODE_ERRORS:
+        return None
+    if not _known_schema(head["schemaVersion"]):
+        return None
+    cats = [("None" if c is None else c, kind, n) for c, kind, n in found.cats]
+    counts: dict[str, int] = {}
+    other: dict[str, int] = {}
+    durations: dict[str, dict[str, tuple[int, int, int, int]]] = {}
+    for cat, kind, n in cats:
+        into = counts if kind >= 0 or cat in OTHER_KNOWN else other
+        into[cat] = into.get(cat, 0) + n
+        if kind >= 0:
+            durations[cat] = {}
+    names = [name for _, name, *_ in found.names]
+    for ci, name, n, total, lo, hi in found.names:
+        durations[cats[ci][0]][name] = (n, total, lo, hi)
+    gpu = []
+    for start, d, ci, ni, corr, ext, args, op, launch, launch_start in found.gpu:
+        try:  # valid JSON, yet msgspec may refuse a value in it (1e400): then so would the fast path
+            a = None if args is None else _ARGS_DECODER.decode(args)
+        except _DECODE_ERRORS:
+            return None
+        gpu.append(
+            (
+                start, d, cats[ci][0], names[ni], corr, ext, a,
+                None if op is None else names[op],
+                None if launch is None else (names[launch], launch_start),
+            )
+        )
+    return {
+        "head": head,
+        "events": found.events,
+        "counts": counts,
+        "other": other,
+        "durations": durations,
+        "gpu_total": found.gpu_total,
+        "correlated": found.correlated,
+        "gpu": gpu,
+        "window": found.window,
+    }
+
+
+def _joined(head: dict[str, Any], scan: dict[str, Any], max_events: int) -> dict[str, Any]:
+    """A Python path's scan (see `scan_events`) in the form the facts are built from: durations
+    summarised per (category, name), the GPU events sorted by start and the first max_events of
+    them joined with their op and launch call."""
+    ops, launches, gpu = scan["ops"], scan["launches"], scan["gpu"]
+    gpu.sort(key=itemgetter(0))  # by start; stable, so equal starts keep the file's order
+    # launches holds no None key, so a GPU event without a correlation id is not counted
+    correlated = sum(map(launches.__contains__, map(itemgetter(4), gpu)))
+    kept = [
+        (
+            start, d, cat, name, corr, ext, a,
+            ops.get(ext) if ext is not None else None,
+            launches.get(corr) if corr is not None else None,
+        )
+        for start, d, cat, name, corr, ext, a in gpu[:max_events]
+    ]
+    durations = {
+        cat: {name: (len(ds), sum(ds), min(ds), max(ds)) for name, ds in names.items()}
+        for cat, names in scan["durations"].items()
+    }
+    return {
+        "head": {k: head.get(k) for k in HEAD_KEYS},
+        "events": scan["events"],
+        "counts": scan["counts"],
+        "other": scan["other"],
+        "durations": durations,
+        "gpu_total": len(gpu),
+        "correlated": correlated,
+        "gpu": kept,
+        "window": scan["window"],
+    }
+
+
 def _facts(
     path: str | Path,
     data: bytes,
@@ -596,23 +687,21 @@ def _facts(
     summary_limit: int,
 ) -> TorchTraceFacts:
     digest, size = hashlib.sha256(data).hexdigest(), len(data)
-    fast = scan_fast(data)
-    if fast is None:
-        doc = decode_trace(data, Path(path).name)
-        del data
-        head, scan = doc, scan_events(doc)
+    scan = scan_native(data, max_events)
+    if scan is None:
+        fast = scan_fast(data)
+        if fast is None:
+            doc = decode_trace(data, Path(path).name)
+            del data
+            scan = _joined(doc, scan_events(doc), max_events)
+        else:
+            del data
+            scan = _joined(*fast, max_events)
     else:
         del data
-        head, scan = fast
-    ops, launches = scan["ops"], scan["launches"]
-    gpu = scan["gpu"]
-    gpu.sort(key=itemgetter(0))  # by start; stable, so equal starts keep the file's order
-    # launches holds no None key, so a GPU event without a correlation id is not counted
-    correlated = sum(map(launches.__contains__, map(itemgetter(4), gpu)))
     gpu_out: list[TorchGpuEvent] = []
-    for start, d, cat, name, corr, ext, a in gpu[:max_events]:
+    for start, d, cat, name, corr, ext, a, op, launch in scan["gpu"]:
         device, stream, grid, block, regs, smem, nbytes = _gpu_args(a)
-        launch = launches.get(corr) if corr is not None else None
         ev: dict[str, Any] = {
             "category": cat,
             "name": name,
@@ -622,7 +711,7 @@ def _facts(
             "stream": _int_or_none(stream),
             "correlation_id": _int_or_none(corr),
             "external_id": _int_or_none(ext),
-            "op": ops.get(ext) if ext is not None else None,
+            "op": op,
             "launched_by": launch[0] if launch else None,
             "launch_start_ns": launch[1] if launch else None,
             "launch_delay_ns": start - launch[1] if launch else None,
@@ -637,7 +726,7 @@ def _facts(
         gpu_out.append(TorchGpuEvent(**ev))
     durations = scan["durations"]
 
-    def group(cats: tuple[str, ...]) -> list[dict[str, list[int]]]:
+    def group(cats: tuple[str, ...]) -> list[dict[str, tuple[int, int, int, int]]]:
         return [durations[c] for c in cats if c in durations]
 
     omitted: dict[str, int] = {}
@@ -647,6 +736,7 @@ def _facts(
     asum, omitted["api"] = _summaries(_summarise(group(tuple(sorted(API_CATS)))), summary_limit)
     csum, omitted["cpu_ops"] = _summaries(_summarise(group(tuple(sorted(CPU_CATS)))), summary_limit)
     window = scan["window"]
+    head = scan["head"]
     devices = _devices(head)
     seen = ReportIdentity(
         gpu_name="; ".join(sorted({d.name for d in devices if d.name})) or None,
@@ -678,15 +768,15 @@ def _facts(
         unmodeled_categories=scan["other"],
         window_start_ns=window[0] if window else None,
         window_end_ns=window[1] if window else None,
-        gpu_events=len(gpu),
-        gpu_events_correlated=correlated,
+        gpu_events=scan["gpu_total"],
+        gpu_events_correlated=scan["correlated"],
         kernel_summary=ksum,
         memcpy_summary=msum,
         memset_summary=ssum,
         api_summary=asum,
         cpu_op_summary=csum,
         gpu=gpu_out,
-        gpu_omitted=len(gpu) - len(gpu_out),
+        gpu_omitted=scan["gpu_total"] - len(gpu_out),
         summary_limit=summary_limit,
         summaries_omitted=omitted,
     )
