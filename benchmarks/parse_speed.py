@@ -5,10 +5,12 @@
 * ncu details page: the H200 fixture's launches repeated under new IDs to --ncu-mb; rows/s.
 * ncu raw page (full set, ~2,200 metrics a row): the same; rows/s and values/s.
 * PyTorch trace: the H200 fixture's events repeated (shifted in time, new correlation ids) to
-  --trace-events; events/s for the whole parse (hash, read, decode, loop, facts), and for the
-  fast path's decode (msgspec into structs) and event loop apart; then the same three for the
-  reference path (pydantic-core's whole-document decode and the checking loop), which parses
-  what the fast path hands over and everything where msgspec is not installed.
+  --trace-events; events/s for the whole parse (read, hash, scan, facts) as it runs by default,
+  with the compiled scanner (operations/evidence/native), and that scan alone; then the whole
+  parse on the Python fast path (as where the scanner is not built), with its decode (msgspec
+  into structs) and event loop apart; then the same three for the reference path
+  (pydantic-core's whole-document decode and the checking loop), which parses what the faster
+  paths decline and everything where msgspec is not installed.
 
 Goals: >= 100k ncu rows/s (details page) and >= 1M trace events/s. The process is pinned to
 one CPU where the OS allows it; each figure is the best of --repeat runs (the machine may be
@@ -31,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from operations.evidence import torch_trace  # noqa: E402
+from operations.evidence import torch_trace, trace_native  # noqa: E402
 from operations.evidence.common import no_gc  # noqa: E402
 from operations.evidence.ncu import parse_ncu_csv  # noqa: E402
 
@@ -94,6 +96,17 @@ def timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[Any, float]:
         result = fn()
         best = min(best, time.perf_counter() - t)
     return result, best
+
+
+@contextlib.contextmanager
+def python_fast_path() -> Iterator[None]:
+    """The parser as where the compiled scanner is not built."""
+    saved = trace_native.LIB
+    trace_native.LIB = None
+    try:
+        yield
+    finally:
+        trace_native.LIB = saved
 
 
 @contextlib.contextmanager
@@ -167,24 +180,37 @@ def main(argv: list[str]) -> int:
         t = Path(tmp) / "trace.json"
         n = big_trace(t, a.trace_events)
         data = t.read_bytes()
+        what = f"{len(data) / 1e6:.0f} MB, {n} events"
+        goal = ">= 1,000,000 events/s"
+        if trace_native.available():
+            _f, s = timed(lambda: torch_trace.parse_torch_trace(t), a.repeat)
+            del _f
+            rows_out.append(("torch trace (compiled scanner)", what, f"{s:.2f} s", f"{n / s:,.0f} events/s", goal))
+            what = goal = ""
+            _f, s = timed(lambda: torch_trace.scan_native(data, torch_trace.DEFAULT_MAX_EVENTS), a.repeat)
+            assert _f is not None, "the compiled scanner declined this trace"
+            del _f
+            rows_out.append(("  scan only", "", f"{s:.2f} s", f"{n / s:,.0f} events/s", ""))
+        else:
+            rows_out.append(("torch trace (compiled scanner)", "not built (make native)", "-", "-", goal))
         fast = (torch_trace.decode_fast, torch_trace.scan_decoded)
         reference = (torch_trace.decode_trace, torch_trace.scan_events)
         for label, mode, (decode, loop) in (
-            ("torch trace", contextlib.nullcontext, fast),
+            ("torch trace, Python fast path", python_fast_path, fast),
             ("torch trace, reference path", reference_path, reference),
         ):
             with mode():
                 _f, s = timed(lambda: torch_trace.parse_torch_trace(t), a.repeat)
             del _f
             s_dec, s_loop = trace_parts(data, decode, loop, a.repeat)
-            what = f"{len(data) / 1e6:.0f} MB, {n} events" if mode is contextlib.nullcontext else ""
-            goal = ">= 1,000,000 events/s" if mode is contextlib.nullcontext else "-"
-            rows_out.append((label, what, f"{s:.2f} s", f"{n / s:,.0f} events/s", goal))
+            rows_out.append((label, what, f"{s:.2f} s", f"{n / s:,.0f} events/s", goal if what else "-"))
+            what = goal = ""
             rows_out.append(("  decode only", "", f"{s_dec:.2f} s", f"{n / s_dec:,.0f} events/s", ""))
             rows_out.append(("  event loop only", "", f"{s_loop:.2f} s", f"{n / s_loop:,.0f} events/s", ""))
     widths = [max(len(str(r[i])) for r in rows_out) for i in range(5)]
     dec = f"msgspec {torch_trace.msgspec.__version__}" if torch_trace.msgspec else "no msgspec"
-    print(f"parse speed, one core ({os.cpu_count()} CPUs on the machine; trace fast path: {dec})")
+    scanner = "built" if trace_native.available() else "not built"
+    print(f"parse speed, one core ({os.cpu_count()} CPUs on the machine; trace scanner {scanner}; {dec})")
     for row in rows_out:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
     return 0

@@ -131,23 +131,25 @@ class Scanned:
             for n in (r.names[i] for i in range(r.nnames))
         ]
         # the first GPU events by start: (start, dur, cat, name, corr, ext, args bytes, op, launch,
-        # launch start), indexes into cats and names, None where the trace has none
+        # launch start), indexes into cats and names, None where the trace has none. The rows are
+        # copied out in one piece and split by memoryview (per-field ctypes access cost ~50 ms)
         self.gpu: list[tuple[Any, ...]] = []
-        for i in range(r.ngpu):
-            g = r.gpu[i]
-            f = g.flags
+        rows = ctypes.string_at(r.gpu, r.ngpu * ctypes.sizeof(_Gpu)) if r.ngpu else b""
+        for (start, dur, cat, name, corr, ext, args_off, args_len, op, launch, launch_start, _index, f) in (
+            memoryview(rows).cast("q", (r.ngpu, len(_Gpu._fields_))).tolist() if r.ngpu else ()
+        ):
             self.gpu.append(
                 (
-                    g.start,
-                    g.dur,
-                    g.cat,
-                    g.name,
-                    g.corr if f & F_CORR else None,
-                    g.ext if f & F_EXT else None,
-                    bytes(data[g.args_off : g.args_off + g.args_len]) if f & F_ARGS else None,
-                    g.op if g.op >= 0 else None,
-                    g.launch if g.launch >= 0 else None,
-                    g.launch_start,
+                    start,
+                    dur,
+                    cat,
+                    name,
+                    corr if f & F_CORR else None,
+                    ext if f & F_EXT else None,
+                    data[args_off : args_off + args_len] if f & F_ARGS else None,
+                    op if op >= 0 else None,
+                    launch if launch >= 0 else None,
+                    launch_start,
                 )
             )
 

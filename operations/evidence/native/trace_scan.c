@@ -30,6 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the string scan reads eight bytes as one little-endian word"
+#endif
+
 #define CKO_OK 0
 #define CKO_BAIL 1
 #define CKO_NOMEM 2
@@ -292,18 +296,23 @@ static inline __attribute__((always_inline)) int lex_string(scan *s, span *out, 
     int e = 0;
     for (;;) {
         /* the common case: printable ASCII other than the quote and the backslash */
-        /* eight bytes at a time while none of them stops the scan (SWAR: a byte below 0x20,
-           the quote, the backslash, or one with the high bit set) */
+        /* eight bytes at a time (SWAR): `stop` marks the bytes below 0x20, the quote, the
+           backslash and those with the high bit set. A borrow can mark a byte after a marked one
+           but never before, so the lowest mark is the first byte that stops the scan. */
         while (end - p >= 8) {
             uint64_t w;
             memcpy(&w, p, 8);
             const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
             uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
             uint64_t stop = (((w - ones * 0x20) & ~w) | ((q - ones) & ~q) | ((b - ones) & ~b) | w) & high;
-            if (stop) break;
+            if (stop) {
+                p += __builtin_ctzll(stop) >> 3; /* little-endian: the lowest byte comes first */
+                goto stopped;
+            }
             p += 8;
         }
         while (p < end && !stop_byte[*p]) p++;
+    stopped:
         if (p >= end) return -1;
         uint8_t c = *p;
         if (c == '"') break;
