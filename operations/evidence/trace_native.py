@@ -14,7 +14,7 @@ import ctypes
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 SOURCE = Path(__file__).resolve().parent / "native" / "trace_scan.c"
 LIBRARY = SOURCE.with_suffix(".so")
@@ -134,10 +134,11 @@ class Scanned:
         # launch start), indexes into cats and names, None where the trace has none. The rows are
         # copied out in one piece and split by memoryview (per-field ctypes access cost ~50 ms)
         self.gpu: list[tuple[Any, ...]] = []
-        rows = ctypes.string_at(r.gpu, r.ngpu * ctypes.sizeof(_Gpu)) if r.ngpu else b""
-        for (start, dur, cat, name, corr, ext, args_off, args_len, op, launch, launch_start, _index, f) in (
-            memoryview(rows).cast("q", (r.ngpu, len(_Gpu._fields_))).tolist() if r.ngpu else ()
-        ):
+        table: list[list[int]] = []
+        if r.ngpu:
+            rows = ctypes.string_at(r.gpu, r.ngpu * ctypes.sizeof(_Gpu))
+            table = cast(list[list[int]], memoryview(rows).cast("q", (r.ngpu, len(_Gpu._fields_))).tolist())
+        for start, dur, cat, name, corr, ext, args_off, args_len, op, launch, launch_start, _index, f in table:
             self.gpu.append(
                 (
                     start,
