@@ -283,12 +283,8 @@ static inline int utf8_seq(const uint8_t *p, const uint8_t *end) {
     return n;
 }
 
-/* 1 for the bytes a string's fast loop stops at: the quote, the backslash, controls, non-ASCII */
-static uint8_t stop_byte[256];
-
-static void init_tables(void) {
-    for (int c = 0; c < 256; c++) stop_byte[c] = c < 0x20 || c >= 0x80 || c == '"' || c == '\\';
-}
+/* the bytes a string's fast loop stops at: the quote, the backslash, controls, non-ASCII */
+static inline int stop_byte(uint8_t c) { return c < 0x20 || c >= 0x80 || c == '"' || c == '\\'; }
 
 /* a string at s->p (the opening quote); out: span of its raw content; *esc: had an escape */
 static inline __attribute__((always_inline)) int lex_string(scan *s, span *out, int *esc) {
@@ -311,7 +307,7 @@ static inline __attribute__((always_inline)) int lex_string(scan *s, span *out, 
             }
             p += 8;
         }
-        while (p < end && !stop_byte[*p]) p++;
+        while (p < end && !stop_byte(*p)) p++;
     stopped:
         if (p >= end) return -1;
         uint8_t c = *p;
@@ -980,7 +976,6 @@ EXPORT int64_t cko_trace_scan(const uint8_t *buf, int64_t len, const char *const
     s.base = s.p = buf, s.end = buf + len;
     s.kind_names = kind_names, s.kind_values = kind_values, s.nkinds = nkinds;
     s.r = r;
-    init_tables(); /* idempotent: every call writes the same bytes */
     s.c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
     int rc = s.c_locale ? top_level(&s) : -1;
     if (!s.c_locale) s.nomem = 1;
