@@ -21,8 +21,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from trace_outcomes import outcome, python_fast, reference
 
-from operations.evidence import torch_trace, trace_native
+from operations.evidence import torch_trace
 from operations.evidence.common import Binding, Refusal
 from operations.evidence.ncu import MODELED, UNITS_2025, normalise_unit, parse_ncu_csv, resolve_version
 from operations.evidence.nsys import parse_nsys_sqlite
@@ -682,25 +683,6 @@ def test_torch_trace_identity_and_caps():
 # same bytes. tests/test_trace_native.py holds the scanner to this on more inputs.
 
 
-def _outcome(path: Path, **kw) -> str | tuple:
-    try:
-        return parse_torch_trace(path, **kw).model_dump_json()
-    except Refusal as r:
-        return ("refused", r.code, r.field, r.message)
-
-
-def _reference(path: Path, monkeypatch, **kw) -> str | tuple:
-    with monkeypatch.context() as m:
-        m.setattr(torch_trace, "msgspec", None)  # as in an environment without it (no scanner either)
-        return _outcome(path, **kw)
-
-
-def _python_fast(path: Path, monkeypatch, **kw) -> str | tuple:
-    with monkeypatch.context() as m:
-        m.setattr(trace_native, "LIB", None)  # as where the scanner is not built
-        return _outcome(path, **kw)
-
-
 def _events(cat):
     return lambda doc: [e for e in doc["traceEvents"] if e.get("cat") == cat]
 
@@ -760,13 +742,13 @@ FAST_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(FAST_CASES))
-def test_torch_trace_fast_path_matches_reference(tmp_path, monkeypatch, case):
+def test_torch_trace_fast_path_matchesreference(tmp_path, monkeypatch, case):
     p = _trace(tmp_path, FAST_CASES[case])
     assert torch_trace.scan_fast(p.read_bytes()) is not None  # the fast path took it
     for kw in ({}, {"max_events": 5, "summary_limit": 2}):
-        fast = _outcome(p, **kw)
+        fast = outcome(p, **kw)
         assert isinstance(fast, str)
-        assert fast == _reference(p, monkeypatch, **kw) == _python_fast(p, monkeypatch, **kw)
+        assert fast == reference(p, monkeypatch, **kw) == python_fast(p, monkeypatch, **kw)
 
 
 RAW = TRACE.read_bytes()
@@ -808,8 +790,8 @@ TEXT_CASES = {
 def test_torch_trace_text_variants(tmp_path, monkeypatch, case):
     data, refusal = TEXT_CASES[case]
     p = _write(tmp_path, "t.json", data)
-    got = _outcome(p)
-    assert got == _reference(p, monkeypatch) == _python_fast(p, monkeypatch)
+    got = outcome(p)
+    assert got == reference(p, monkeypatch) == python_fast(p, monkeypatch)
     if refusal is None:
         assert isinstance(got, str) and json.loads(got)["events"] > 300
     else:
@@ -829,7 +811,7 @@ def test_torch_trace_unhashable_ids_are_refused(tmp_path, monkeypatch):
         p = _trace(tmp_path, mutate)
         r = refused(parse_torch_trace, p)
         assert r.code in ("bad_value", "unknown_schema_version") and r.field.endswith(field), name
-        assert _reference(p, monkeypatch) == ("refused", r.code, r.field, r.message), name
+        assert reference(p, monkeypatch) == ("refused", r.code, r.field, r.message), name
 
 
 def test_torch_trace_parses_without_msgspec(tmp_path):

@@ -16,10 +16,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from trace_outcomes import outcome, reference
 
 from operations.evidence import torch_trace, trace_native
-from operations.evidence.common import Refusal
-from operations.evidence.torch_trace import parse_torch_trace
 from runner import native
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,19 +35,6 @@ def test_the_scanner_is_built_where_make_test_requires_it():
     assert native.built_from(trace_native.LIBRARY) == hashlib.sha256(trace_native.SOURCE.read_bytes()).hexdigest()
 
 
-def _outcome(path: Path, **kw) -> str | tuple:
-    try:
-        return parse_torch_trace(path, **kw).model_dump_json()
-    except Refusal as r:
-        return ("refused", r.code, r.field, r.message)
-
-
-def _reference(path: Path, monkeypatch, **kw) -> str | tuple:
-    with monkeypatch.context() as m:
-        m.setattr(torch_trace, "msgspec", None)
-        return _outcome(path, **kw)
-
-
 def _took(data: bytes, max_events: int = torch_trace.DEFAULT_MAX_EVENTS) -> bool:
     return torch_trace.scan_native(data, max_events) is not None
 
@@ -56,8 +42,8 @@ def _took(data: bytes, max_events: int = torch_trace.DEFAULT_MAX_EVENTS) -> bool
 def _same(tmp_path: Path, monkeypatch, data: bytes, name: str = "t.json", **kw) -> str | tuple:
     p = tmp_path / name
     p.write_bytes(data)
-    got = _outcome(p, **kw)
-    assert got == _reference(p, monkeypatch, **kw)
+    got = outcome(p, **kw)
+    assert got == reference(p, monkeypatch, **kw)
     return got
 
 

@@ -556,6 +556,14 @@ static int read_key(scan *s, span *k) {
     return 0;
 }
 
+/* after a member or an element: 1 at a comma (another follows), 0 at `close` (consumed), -1 else */
+static inline int next_item(scan *s, uint8_t close) {
+    ws(s);
+    if (s->p >= s->end) return -1;
+    uint8_t c = *s->p++;
+    return c == ',' ? 1 : c == close ? 0 : -1;
+}
+
 static inline int key_is(const scan *s, span k, const char *name, size_t n) {
     return (size_t)k.len == n && !memcmp(s->base + k.off, name, n);
 }
@@ -690,15 +698,9 @@ static int read_args(scan *s, event *e) {
                 if (read_scalar(s, &e->ext)) return -1;
             } else if (skip_value(s, NULL))
                 return -1;
-            ws(s);
-            if (s->p >= s->end) return -1;
-            if (*s->p == ',') {
-                s->p++;
-                continue;
-            }
-            if (*s->p != '}') return -1;
-            s->p++;
-            break;
+            int more = next_item(s, '}');
+            if (more < 0) return -1;
+            if (!more) break;
         }
     }
     e->args.off = open - s->base;
@@ -780,15 +782,8 @@ static int parse_event(scan *s, event *e) {
         default:
             if (skip_value(s, NULL)) return -1;
         }
-        ws(s);
-        if (s->p >= s->end) return -1;
-        if (*s->p == ',') {
-            s->p++;
-            continue;
-        }
-        if (*s->p != '}') return -1;
-        s->p++;
-        return 0;
+        int more = next_item(s, '}');
+        if (more <= 0) return more;
     }
 }
 
@@ -895,15 +890,9 @@ static int top_level(scan *s) {
                     ws(s);
                     if (parse_event(s, &e) || take_event(s, &e)) return -1;
                     r->events++;
-                    ws(s);
-                    if (s->p >= s->end) return -1;
-                    if (*s->p == ',') {
-                        s->p++;
-                        continue;
-                    }
-                    if (*s->p != ']') return -1;
-                    s->p++;
-                    break;
+                    int more = next_item(s, ']');
+                    if (more < 0) return -1;
+                    if (!more) break;
                 }
             }
         } else {
@@ -920,15 +909,9 @@ static int top_level(scan *s) {
                 r->top_len[which] = s->p - v;
             }
         }
-        ws(s);
-        if (s->p >= s->end) return -1;
-        if (*s->p == ',') {
-            s->p++;
-            continue;
-        }
-        if (*s->p != '}') return -1;
-        s->p++;
-        break;
+        int more = next_item(s, '}');
+        if (more < 0) return -1;
+        if (!more) break;
     }
     ws(s);
     if (s->p != s->end || !have_events) return -1;
