@@ -216,13 +216,14 @@ def refuse(store: Store, plan: Plan, err: CkoError, image_id: str | None = None)
     inv_id = new_id("inv")
     d = inv_dir(store, inv_id)
     d.mkdir(parents=True)
-    req = _request(plan, inv_id, image_id, [], "none", pol.Policy(), None)
-    write_new(d / "request.json", canonical_bytes(req))
-    Events(d / "events.jsonl")("refused", {"rule": err.field, "reason": err.message})
-    res = InvocationResult(id=inv_id, op=plan.op, state="refused", exit_code=int(Exit.REFUSED), reason=err.message,
-                           rule=err.field, ended_at=now_iso(), request_sha256=sha256_file(d / "request.json"),
-                           events_sha256=_events_sha(store, inv_id))
-    _write_result(store, inv_id, res)
+    with active_lock(store, inv_id).hold(timeout=1, what="invocation", label=inv_id):
+        req = _request(plan, inv_id, image_id, [], "none", pol.Policy(), None)
+        write_new(d / "request.json", canonical_bytes(req))
+        Events(d / "events.jsonl")("refused", {"rule": err.field, "reason": err.message})
+        res = InvocationResult(id=inv_id, op=plan.op, state="refused", exit_code=int(Exit.REFUSED), reason=err.message,
+                               rule=err.field, ended_at=now_iso(), request_sha256=sha256_file(d / "request.json"),
+                               events_sha256=_events_sha(store, inv_id))
+        _write_result(store, inv_id, res)
     return res
 
 
@@ -303,15 +304,17 @@ def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = N
     inv_id = new_id("inv")
     d = inv_dir(store, inv_id)
     d.mkdir(parents=True)
-    req = _request(plan, inv_id, entry.image_id, uuids, mode, policy, policy_path)
-    write_new(d / "request.json", canonical_bytes(req))
-    request_sha = sha256_file(d / "request.json")
-    ev = Events(d / "events.jsonl")
-    ev("created", {"op": plan.op, "label": plan.label})
-    say = progress or (lambda _m: None)
-    out_dir: Path | None = None
-    started_at = None
+    # The active lock is taken before request.json exists: a concurrent reap sees a request with its lock
+    # free only when the controller is really gone.
     with active_lock(store, inv_id).hold(timeout=1, what="invocation", label=inv_id):
+        req = _request(plan, inv_id, entry.image_id, uuids, mode, policy, policy_path)
+        write_new(d / "request.json", canonical_bytes(req))
+        request_sha = sha256_file(d / "request.json")
+        ev = Events(d / "events.jsonl")
+        ev("created", {"op": plan.op, "label": plan.label})
+        say = progress or (lambda _m: None)
+        out_dir: Path | None = None
+        started_at = None
         try:
             with _gpu_locks(uuids, plan.lock_timeout_s, inv_id):
                 ev("locks_acquired", {"gpus": uuids})

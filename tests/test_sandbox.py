@@ -97,7 +97,9 @@ def _start_exec(store: Path, seconds: int) -> tuple[subprocess.Popen[str], str]:
                             env=os.environ | {"PYTHONPATH": str(ROOT)})
     for _ in range(100):
         dirs = _inv_dirs(store)
-        if dirs and "container_started" in (dirs[0] / "events.jsonl").read_text():
+        # the invocation's directory appears before its events.jsonl does
+        events = dirs[0] / "events.jsonl" if dirs else None
+        if events is not None and events.is_file() and "container_started" in events.read_text():
             return proc, dirs[0].name
         time.sleep(0.1)
     raise AssertionError("invocation did not start")
@@ -126,6 +128,34 @@ def test_controller_killed_leaves_an_orphan_that_the_next_command_reaps(store: P
     assert st.json["state"] == "abandoned"
     assert client.containers.list(all=True, filters={"label": f"org.cko.invocation={inv}"}) == []
     assert run_cko("verify", "--json", store=store).json["ok"] is True
+
+
+def test_request_json_is_only_written_under_the_active_lock(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reap running in another command takes a request whose lock is free for an abandoned run.
+
+    So the controller must hold the lock before request.json appears, on the run path and the
+    refusal path alike (the CI run of 2026-12-03 caught the window between the two in a test)."""
+    from runner import invocation
+    from runner.errors import refused
+    from runner.store import Store
+
+    st = Store(store)
+    held_at_write: list[bool] = []
+    write_new = invocation.write_new
+
+    def watched(path: Path, data: bytes) -> None:
+        if path.name == "request.json":
+            held_at_write.append(invocation.active_lock(st, path.parent.name).is_held())
+        write_new(path, data)
+
+    monkeypatch.setattr(invocation, "write_new", watched)
+    done = invocation.execute(st, invocation.Plan(op="exec", command=["true"], timeout_s=60))
+    assert done.result.state == "succeeded"
+    res = invocation.refuse(st, invocation.Plan(op="exec", command=["true"]), refused("not here", "mount_roots"))
+    assert res.state == "refused"
+    assert held_at_write == [True, True]
+    # and once the controllers are gone, the next reap finds nothing to take
+    assert invocation.reap_orphans(st) == []
 
 
 def test_policy_refusals_are_recorded_exit_3(store: Path, tmp_path: Path) -> None:
