@@ -95,14 +95,16 @@ def _start_exec(store: Path, seconds: int) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen([*CKO, "exec", "--store", str(store), "--json", "--", "sleep", str(seconds)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env=os.environ | {"PYTHONPATH": str(ROOT)})
-    for _ in range(100):
+    deadline = time.monotonic() + 60  # a loaded CI host can take seconds to start a container
+    while time.monotonic() < deadline and proc.poll() is None:
         dirs = _inv_dirs(store)
         # the invocation's directory appears before its events.jsonl does
         events = dirs[0] / "events.jsonl" if dirs else None
         if events is not None and events.is_file() and "container_started" in events.read_text():
             return proc, dirs[0].name
         time.sleep(0.1)
-    raise AssertionError("invocation did not start")
+    proc.kill()
+    raise AssertionError(f"invocation did not start (cko exec exit code {proc.poll()})")
 
 
 def test_cancel_records_cancelled(store: Path) -> None:
