@@ -52,7 +52,18 @@ from . import policy as pol
 from .canonical import sha256_bytes, sha256_file
 from .errors import CkoError, Exit, bad_request, failed, unavailable
 from .identity import MATTERS, EnvironmentIdentity, _field_values
-from .invocation import Events, Outcome, Plan, check_plan, execute, inv_dir, now_iso, reap_orphans, refuse
+from .invocation import (
+    Events,
+    Outcome,
+    Plan,
+    check_plan,
+    claim,
+    execute,
+    inv_dir,
+    now_iso,
+    reap_orphans,
+    refuse,
+)
 from .locks import FileLock, LockTimeout
 from .models import Closed, ObjectRef
 from .records import InvocationResult
@@ -992,8 +1003,7 @@ class Fleet:
         d = inv_dir(store, inv_id)
         if d.exists():
             raise failed(f"invocation {inv_id} already exists in {store.root}", code="fleet_duplicate")
-        # the .active lock first: reap_orphans never takes a running import for an abandoned one
-        r.stack.enter_context(FileLock(d / ".active").hold(timeout=5, what="invocation", label=inv_id))
+        r.stack.enter_context(claim(store, inv_id, timeout=5))
         write_new(d / "request.json", msg["request"])
         r.inv_id, r.request, r.node = inv_id, msg["request"], msg.get("node")
         Events(d / "events.jsonl")("fleet_started", {"node": r.node})

@@ -126,6 +126,15 @@ def active_lock(store: Store, inv_id: str) -> FileLock:
     return FileLock(inv_dir(store, inv_id) / ".active")
 
 
+def claim(store: Store, inv_id: str, timeout: float = 1.0) -> contextlib.AbstractContextManager[None]:
+    """Create a new invocation's directory and hold its active lock before anything is written in it.
+
+    reap_orphans takes an invocation whose request.json exists and whose lock is free for one whose
+    controller died; writing the request first would open a window where a starting run looks dead."""
+    inv_dir(store, inv_id).mkdir(parents=True)
+    return active_lock(store, inv_id).hold(timeout=timeout, what="invocation", label=inv_id)
+
+
 def engine_identity(client: Any) -> EngineIdentity:
     info = client.info()
     ver = client.version()
@@ -215,8 +224,7 @@ def refuse(store: Store, plan: Plan, err: CkoError, image_id: str | None = None)
     """Record a refused invocation (nothing ran) and return its result."""
     inv_id = new_id("inv")
     d = inv_dir(store, inv_id)
-    d.mkdir(parents=True)
-    with active_lock(store, inv_id).hold(timeout=1, what="invocation", label=inv_id):
+    with claim(store, inv_id):
         req = _request(plan, inv_id, image_id, [], "none", pol.Policy(), None)
         write_new(d / "request.json", canonical_bytes(req))
         Events(d / "events.jsonl")("refused", {"rule": err.field, "reason": err.message})
@@ -303,10 +311,7 @@ def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = N
                               code="passthrough_unavailable", field="gpu_mode")
     inv_id = new_id("inv")
     d = inv_dir(store, inv_id)
-    d.mkdir(parents=True)
-    # The active lock is taken before request.json exists: a concurrent reap sees a request with its lock
-    # free only when the controller is really gone.
-    with active_lock(store, inv_id).hold(timeout=1, what="invocation", label=inv_id):
+    with claim(store, inv_id):
         req = _request(plan, inv_id, entry.image_id, uuids, mode, policy, policy_path)
         write_new(d / "request.json", canonical_bytes(req))
         request_sha = sha256_file(d / "request.json")
