@@ -37,6 +37,10 @@ MAX_OUTPUT_FILES = 10000
 TAIL_CHARS = 4000
 
 
+# The reason an invocation records when the kernel's OOM killer stopped its container.
+OOM_REASON = "container hit its memory limit (OOM killed)"
+
+
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
@@ -432,7 +436,7 @@ def _terminal(run: sandbox.ContainerRun, meta: dict[str, Any], cancel_marker: Pa
     if isinstance(gpu_check, dict) and not gpu_check.get("ok", True):
         return "failed", int(Exit.FAILED), str(gpu_check.get("reason"))
     if run.oom_killed:
-        return "failed", int(Exit.FAILED), "container hit its memory limit (OOM killed)"
+        return "failed", int(Exit.FAILED), OOM_REASON
     if run.exit_code == 0:
         return "succeeded", int(Exit.DONE), None
     return "failed", int(Exit.FAILED), f"command exited with {run.exit_code}"

@@ -1141,6 +1141,35 @@ def test_cli_missing_report_is_a_bad_request(tmp_path):
     assert p.returncode == 2 and json.loads(p.stdout)["field"] == "report"
 
 
+@pytest.mark.docker
+def test_cli_parse_stopped_at_its_memory_limit_says_so(tmp_path):
+    """A report whose parse outgrows the container's memory: exit 1 naming --memory, recorded, store intact."""
+    store = tmp_path / "store"
+    small = _cko("profile", "torch", "--report", str(TRACE), "--memory", "128m", store=store)
+    assert small.returncode == 0, small.stderr  # the limit leaves the parser itself room
+    big = tmp_path / "big.json"
+    event = b'{"ph":"X","cat":"cpu_op","name":"aten::add","pid":1,"tid":1,"ts":1,"dur":1,"args":{}},'
+    with open(big, "wb") as f:  # a well-formed trace of 200 MB: its bytes alone pass the limit
+        f.write(b'{"traceEvents":[')
+        for _ in range(20):
+            f.write(event * (10_000_000 // len(event)))
+        f.write(event[:-1] + b"]}")
+    p = _cko("profile", "torch", "--report", str(big), "--memory", "128m", store=store)
+    assert p.returncode == 1, p.stdout + p.stderr
+    err = json.loads(p.stdout)
+    assert err["error"] == "out_of_memory" and err["field"] == "memory" and "128m" in err["message"]
+    results = [json.loads(r.read_text()) for r in (store / "invocations").glob("*/result.json")]
+    assert sorted(r["state"] for r in results) == ["failed", "succeeded"]
+    assert "OOM" in next(r["reason"] for r in results if r["state"] == "failed")
+    # a limit that is not a size is refused before anything is written
+    q = _cko("profile", "torch", "--report", str(TRACE), "--memory", "lots", store=store)
+    assert q.returncode == 2 and json.loads(q.stdout)["field"] == "memory"
+    assert len(list((store / "invocations").iterdir())) == 2
+    v = subprocess.run([sys.executable, "-m", "runner", "verify", "--json"], capture_output=True, text=True,
+                       cwd=ROOT, env=dict(os.environ, CKO_STORE=str(store)), timeout=300)
+    assert json.loads(v.stdout)["ok"] is True, v.stdout
+
+
 # ---------------------------------------------------------------------------------------------
 # The host CLI's own logic (argument mapping, inputs, exit codes, renderings), with the sandbox
 # replaced by running the same operation in-process on the same inputs. The docker tests above

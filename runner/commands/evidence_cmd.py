@@ -17,6 +17,7 @@ from rich.table import Table
 
 from ..cliutil import Outcome, common, handled, load_json_file, progress_console
 from ..errors import CkoError, Exit, bad_request, failed
+from ..invocation import OOM_REASON
 from ..store import Store
 
 TIMEOUT_S = 600.0
@@ -59,6 +60,7 @@ def _run(
     image: str,
     label: str,
     policy: Path | None,
+    memory: str,
 ) -> Any:
     from ..operation import run_operation
 
@@ -72,11 +74,12 @@ def _run(
         gpus=None,
         timeout=TIMEOUT_S,
         label=label,
+        memory=memory,
         policy_path=str(policy) if policy else None,
     )
 
 
-def _finish(result: Any, op: str, human: Any) -> Outcome:
+def _finish(result: Any, op: str, human: Any, memory: str) -> Outcome:
     """Map an OperationResult to an Outcome: facts, a refusal (exit 1), or an error."""
     if getattr(result, "state", None) == "timed_out":
         raise CkoError(
@@ -85,6 +88,15 @@ def _finish(result: Any, op: str, human: Any) -> Outcome:
             code="timed_out",
         )
     doc = result.doc
+    if not isinstance(doc, dict) and getattr(result, "reason", None) == OOM_REASON:
+        # Parsing holds the report in memory (a torch trace whole, plus its kept events), so a
+        # report large enough meets the container's limit: say so, naming the option, not "no result".
+        raise failed(
+            f"{op}: the parse was stopped at its memory limit of {memory} (invocation "
+            f"{result.invocation_id}); a larger --memory, within the policy's max_memory, lets it finish",
+            code="out_of_memory",
+            field="memory",
+        )
     if not isinstance(doc, dict):
         tail = (getattr(result, "stderr_tail", "") or "").strip()[-400:]
         raise failed(
@@ -254,6 +266,12 @@ _target = click.option(
 _tool_version = click.option(
     "--tool-version", default=None, help="Version of the tool that wrote the report."
 )
+_memory = click.option(
+    "--memory",
+    default="4g",
+    show_default=True,
+    help="Memory limit of the parse's container (e.g. 512m, 8g); a report that needs more stops it, exit 1.",
+)
 
 
 @click.group(name="profile")
@@ -284,6 +302,7 @@ def profile() -> None:
 )
 @_target
 @_policy
+@_memory
 @common
 @handled
 def profile_ncu(
@@ -294,6 +313,7 @@ def profile_ncu(
     version_file: Path | None,
     target: str | None,
     policy: Path | None,
+    memory: str,
     store: Path,
     as_json: bool,
 ) -> Outcome:
@@ -311,7 +331,7 @@ def profile_ncu(
             creq = creq.model_copy(update={"target": target})
         con = progress_console()
         doc, code = collect_ncu(Store(store), creq, lambda m: con.print(f"[dim]{m}[/]"),
-                                policy_path=str(policy) if policy else None)
+                                policy_path=str(policy) if policy else None, parse_memory=memory)
         facts = doc.get("facts") or {}
         return Outcome(doc=doc, human=_human_ncu(facts, doc["collection"]["id"]) if code == 0 and facts else doc,
                        exit_code=code)
@@ -328,8 +348,8 @@ def profile_ncu(
     if tool_version:
         args += ["--tool-version", tool_version]
     args += _binding(Store(store), target)
-    result = _run(store, "profile-ncu", args, inputs, "cpu", "profile ncu", policy)
-    return _finish(result, "profile-ncu", _human_ncu)
+    result = _run(store, "profile-ncu", args, inputs, "cpu", "profile ncu", policy, memory)
+    return _finish(result, "profile-ncu", _human_ncu, memory)
 
 
 @profile.command(name="nsys")
@@ -339,6 +359,7 @@ def profile_ncu(
 @_tool_version
 @_target
 @_policy
+@_memory
 @common
 @handled
 def profile_nsys(
@@ -346,6 +367,7 @@ def profile_nsys(
     tool_version: str | None,
     target: str | None,
     policy: Path | None,
+    memory: str,
     store: Path,
     as_json: bool,
 ) -> Outcome:
@@ -355,8 +377,8 @@ def profile_nsys(
     if tool_version:
         args += ["--tool-version", tool_version]
     args += _binding(Store(store), target)
-    result = _run(store, "profile-nsys", args, {REPORT_NAMES["nsys"]: rep}, "cpu", "profile nsys", policy)
-    return _finish(result, "profile-nsys", _human_nsys)
+    result = _run(store, "profile-nsys", args, {REPORT_NAMES["nsys"]: rep}, "cpu", "profile nsys", policy, memory)
+    return _finish(result, "profile-nsys", _human_nsys, memory)
 
 
 @profile.command(name="torch")
@@ -369,6 +391,7 @@ def profile_nsys(
 @_tool_version
 @_target
 @_policy
+@_memory
 @common
 @handled
 def profile_torch(
@@ -376,6 +399,7 @@ def profile_torch(
     tool_version: str | None,
     target: str | None,
     policy: Path | None,
+    memory: str,
     store: Path,
     as_json: bool,
 ) -> Outcome:
@@ -385,8 +409,8 @@ def profile_torch(
     if tool_version:
         args += ["--tool-version", tool_version]
     args += _binding(Store(store), target)
-    result = _run(store, "profile-torch", args, {REPORT_NAMES["torch"]: rep}, "cpu", "profile torch", policy)
-    return _finish(result, "profile-torch", _human_torch)
+    result = _run(store, "profile-torch", args, {REPORT_NAMES["torch"]: rep}, "cpu", "profile torch", policy, memory)
+    return _finish(result, "profile-torch", _human_torch, memory)
 
 
 @click.command(name="sass")
@@ -411,6 +435,7 @@ def profile_torch(
 @_tool_version
 @_target
 @_policy
+@_memory
 @common
 @handled
 def sass(
@@ -421,6 +446,7 @@ def sass(
     tool_version: str | None,
     target: str | None,
     policy: Path | None,
+    memory: str,
     store: Path,
     as_json: bool,
 ) -> Outcome:
@@ -444,8 +470,8 @@ def sass(
         args += ["--tool-version", tool_version]
     args += _binding(Store(store), target)
     image = "cuda" if binary is not None else "cpu"
-    result = _run(store, "sass", args, inputs, image, "sass", policy)
-    return _finish(result, "sass", _human_sass)
+    result = _run(store, "sass", args, inputs, image, "sass", policy, memory)
+    return _finish(result, "sass", _human_sass, memory)
 
 
 @click.command(name="execution-map")
@@ -453,9 +479,10 @@ def sass(
     "--request", "request", required=True, type=click.Path(path_type=Path), help="Execution-map request JSON."
 )
 @_policy
+@_memory
 @common
 @handled
-def execution_map(request: Path, policy: Path | None, store: Path, as_json: bool) -> Outcome:
+def execution_map(request: Path, policy: Path | None, memory: str, store: Path, as_json: bool) -> Outcome:
     """Coverage, overlap, idle gaps and the removable-time bound from intervals or a report.
 
     The request holds `intervals` ([{lane, name, start_ns, end_ns}]) or `source`
@@ -475,8 +502,8 @@ def execution_map(request: Path, policy: Path | None, store: Path, as_json: bool
             rp = (req_path.parent / rp).resolve()
         inputs["report"] = _file(rp, "source.report")
         args += ["--report", "/cko/in/report"]
-    result = _run(store, "execution-map", args, inputs, "cpu", "execution map", policy)
-    return _finish(result, "execution-map", _human_map)
+    result = _run(store, "execution-map", args, inputs, "cpu", "execution map", policy, memory)
+    return _finish(result, "execution-map", _human_map, memory)
 
 
 commands = [profile, sass, execution_map]

@@ -38,8 +38,9 @@ NCU_BASE = ["ncu", "--csv", "--page", "raw", "--clock-control", "none", "--targe
             "--log-file", "/cko/out/ncu-raw.csv"]
 
 
-def collect_ncu(store: Store, req: CollectRequest, progress: ops.Progress, policy_path: str | None = None
-                ) -> tuple[dict[str, Any], int]:
+def collect_ncu(store: Store, req: CollectRequest, progress: ops.Progress, policy_path: str | None = None,
+                parse_memory: str = "4g") -> tuple[dict[str, Any], int]:
+    """Profile one subject under ncu, then parse its report (the parse in a container of `parse_memory`)."""
     t, tref = ops.get_target(store, req.target)
     ops._require_optimization(t)
     assert t.original and t.driver
@@ -84,7 +85,8 @@ def collect_ncu(store: Store, req: CollectRequest, progress: ops.Progress, polic
         if tools.get("ncu"):
             args += ["--tool-version", tools["ncu"]]
         res = run_operation(store=store, op="profile-ncu", args=args, inputs={"report.csv": tmp / "report.csv"},
-                            image="cpu", label=f"parse ncu {t.name}", parent={"collection": m.invocation.model_dump()})
+                            image="cpu", label=f"parse ncu {t.name}", parent={"collection": m.invocation.model_dump()},
+                            memory=parse_memory, policy_path=policy_path)
         doc["parse"] = {"invocation": res.invocation_id, "exit_code": res.exit_code}
         doc["facts"] = res.doc
         return doc, 0 if res.exit_code == 0 else 1
