@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import bad_request
-from .invocation import Plan, execute
+from .errors import bad_request, failed
+from .invocation import OOM_REASON, Plan, execute
 from .sandbox import Mount
 from .store import Store
 
@@ -57,6 +57,13 @@ def run_operation(*, store: Store, op: str, args: list[str], inputs: dict[str, P
         try:
             doc = outcome.read_json("result.json")
             res = outcome.result
+            if not isinstance(doc, dict) and res.reason == OOM_REASON:
+                # Parsing holds the report in memory (a torch trace whole, plus its kept events), so a
+                # report large enough meets the limit: every caller says so, naming the option.
+                raise failed(
+                    f"{op}: the parse was stopped at its memory limit of {memory} (invocation {outcome.id}); "
+                    "a larger --memory, within the policy's max_memory, lets it finish",
+                    code="out_of_memory", field="memory")
             return OperationResult(invocation_id=outcome.id,
                                    exit_code=res.container_exit_code if res.container_exit_code is not None else -1,
                                    state=res.state, doc=doc if isinstance(doc, dict) else None,

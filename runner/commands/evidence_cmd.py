@@ -17,7 +17,6 @@ from rich.table import Table
 
 from ..cliutil import Outcome, common, handled, load_json_file, progress_console
 from ..errors import CkoError, Exit, bad_request, failed
-from ..invocation import OOM_REASON
 from ..store import Store
 
 TIMEOUT_S = 600.0
@@ -79,7 +78,7 @@ def _run(
     )
 
 
-def _finish(result: Any, op: str, human: Any, memory: str) -> Outcome:
+def _finish(result: Any, op: str, human: Any) -> Outcome:
     """Map an OperationResult to an Outcome: facts, a refusal (exit 1), or an error."""
     if getattr(result, "state", None) == "timed_out":
         raise CkoError(
@@ -88,15 +87,6 @@ def _finish(result: Any, op: str, human: Any, memory: str) -> Outcome:
             code="timed_out",
         )
     doc = result.doc
-    if not isinstance(doc, dict) and getattr(result, "reason", None) == OOM_REASON:
-        # Parsing holds the report in memory (a torch trace whole, plus its kept events), so a
-        # report large enough meets the container's limit: say so, naming the option, not "no result".
-        raise failed(
-            f"{op}: the parse was stopped at its memory limit of {memory} (invocation "
-            f"{result.invocation_id}); a larger --memory, within the policy's max_memory, lets it finish",
-            code="out_of_memory",
-            field="memory",
-        )
     if not isinstance(doc, dict):
         tail = (getattr(result, "stderr_tail", "") or "").strip()[-400:]
         raise failed(
@@ -349,7 +339,7 @@ def profile_ncu(
         args += ["--tool-version", tool_version]
     args += _binding(Store(store), target)
     result = _run(store, "profile-ncu", args, inputs, "cpu", "profile ncu", policy, memory)
-    return _finish(result, "profile-ncu", _human_ncu, memory)
+    return _finish(result, "profile-ncu", _human_ncu)
 
 
 @profile.command(name="nsys")
@@ -378,7 +368,7 @@ def profile_nsys(
         args += ["--tool-version", tool_version]
     args += _binding(Store(store), target)
     result = _run(store, "profile-nsys", args, {REPORT_NAMES["nsys"]: rep}, "cpu", "profile nsys", policy, memory)
-    return _finish(result, "profile-nsys", _human_nsys, memory)
+    return _finish(result, "profile-nsys", _human_nsys)
 
 
 @profile.command(name="torch")
@@ -410,7 +400,7 @@ def profile_torch(
         args += ["--tool-version", tool_version]
     args += _binding(Store(store), target)
     result = _run(store, "profile-torch", args, {REPORT_NAMES["torch"]: rep}, "cpu", "profile torch", policy, memory)
-    return _finish(result, "profile-torch", _human_torch, memory)
+    return _finish(result, "profile-torch", _human_torch)
 
 
 @click.command(name="sass")
@@ -471,7 +461,7 @@ def sass(
     args += _binding(Store(store), target)
     image = "cuda" if binary is not None else "cpu"
     result = _run(store, "sass", args, inputs, image, "sass", policy, memory)
-    return _finish(result, "sass", _human_sass, memory)
+    return _finish(result, "sass", _human_sass)
 
 
 @click.command(name="execution-map")
@@ -503,7 +493,7 @@ def execution_map(request: Path, policy: Path | None, memory: str, store: Path, 
         inputs["report"] = _file(rp, "source.report")
         args += ["--report", "/cko/in/report"]
     result = _run(store, "execution-map", args, inputs, "cpu", "execution map", policy, memory)
-    return _finish(result, "execution-map", _human_map, memory)
+    return _finish(result, "execution-map", _human_map)
 
 
 commands = [profile, sass, execution_map]
