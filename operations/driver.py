@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from .compare import compare, poison, to_numpy  # noqa: F401  (re-exported for drivers)
 from .protocol import (
     UNIT_SCALE_TO_NS,
     Accuracy,
@@ -79,73 +80,6 @@ def load_subject(subject_id: str, path: str, entry: str) -> types.ModuleType:
     sys.modules[mod_name] = module
     spec.loader.exec_module(module)
     return module
-
-
-def to_numpy(x: Any) -> np.ndarray:
-    if hasattr(x, "detach"):  # torch tensor: bf16/fp16 through float32
-        t = x.detach()
-        if t.dtype.is_floating_point and t.element_size() < 4:
-            t = t.float()
-        return np.asarray(t.cpu().numpy())
-    if hasattr(x, "get") and type(x).__module__.startswith("cupy"):
-        return np.asarray(x.get())
-    return np.asarray(x)
-
-
-def compare(output: Any, expected: Any) -> tuple[float, float, str]:
-    """(relative L2 error, max abs error, detail). Non-finite output or shape mismatch → inf.
-
-    Two torch tensors are compared where they live, in float64 (on a GPU that is milliseconds where
-    copying a gigabyte to the host and reducing it with NumPy took seconds per check); anything else
-    goes through NumPy. Both paths compute the same quantities.
-    """
-    if output is None:
-        return float("inf"), float("inf"), "run returned no output"
-    if hasattr(output, "detach") and hasattr(expected, "detach"):
-        return _compare_torch(output, expected)
-    out = to_numpy(output).astype(np.float64, copy=False)
-    ref = to_numpy(expected).astype(np.float64, copy=False)
-    if out.shape != ref.shape:
-        return float("inf"), float("inf"), f"shape {out.shape} != reference {ref.shape}"
-    finite = np.isfinite(out)
-    if not finite.all():
-        return float("inf"), float("inf"), f"{int((~finite).sum())} non-finite output element(s) (NaN/Inf or unwritten)"
-    diff = out - ref
-    denom = float(np.linalg.norm(ref))
-    rel = float(np.linalg.norm(diff)) / (denom if denom > 0 else 1.0)
-    return rel, float(np.max(np.abs(diff))) if diff.size else 0.0, ""
-
-
-def _compare_torch(output: Any, expected: Any) -> tuple[float, float, str]:
-    import torch
-
-    out = output.detach()
-    ref = expected.detach()
-    if tuple(out.shape) != tuple(ref.shape):
-        return float("inf"), float("inf"), f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
-    if out.is_complex() or ref.is_complex():  # NumPy's path handles complex values as they are
-        return compare(to_numpy(out), to_numpy(ref))
-    out = out.to(torch.float64)
-    ref = ref.to(device=out.device, dtype=torch.float64)
-    bad = int((~torch.isfinite(out)).sum().item())
-    if bad:
-        return float("inf"), float("inf"), f"{bad} non-finite output element(s) (NaN/Inf or unwritten)"
-    if out.numel() == 0:
-        return 0.0, 0.0, ""
-    diff = out - ref
-    denom = float(torch.linalg.vector_norm(ref).item())
-    rel = float(torch.linalg.vector_norm(diff).item()) / (denom if denom > 0 else 1.0)
-    return rel, float(diff.abs().max().item()), ""
-
-
-def poison(inputs: Any) -> None:
-    out = inputs.get("out") if isinstance(inputs, dict) else None
-    if out is None:
-        return
-    if hasattr(out, "fill_"):
-        out.fill_(float("nan"))
-    elif (isinstance(out, np.ndarray) or type(out).__module__.startswith("cupy")) and out.dtype.kind == "f":
-        out.fill(np.nan)
 
 
 class _Backend:
@@ -505,14 +439,37 @@ def drive(req: DriverRequest, make_inputs: Callable[..., Any], run: Callable[[An
                         units=units, integrity=integrity, timing=backend.name)
 
 
+def _units(req: DriverRequest, extra: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]]) -> dict[str, str]:
+    units: dict[str, str] = {}
+    for m in req.metrics:
+        if m.name in extra:
+            units[m.name] = extra[m.name][0]
+        elif m.unit in UNIT_SCALE_TO_NS:
+            units[m.name] = m.unit
+        else:
+            raise ValueError(f"metric {m.name!r} ({m.unit}) is not a time metric and no extra_metrics function gives it")
+    return units
+
+
 def main(make_inputs: Callable[..., Any], run: Callable[[Any, Any], Any], reference: Callable[[Any, Any], Any],
          load: Callable[[str, str, str], Any] | None = None,
          extra_metrics: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]] | None = None,
          argv: list[str] | None = None, timer: str = "auto") -> int:
-    """Read the request (argv[0] or $CKO_DRIVER_REQUEST), drive, write the result atomically.
+    """The driver's entry point; what it does depends on the role cko started this process in.
 
+    - CKO_ROLE=worker: serve one subject to the supervisor (operations.worker); `run`, `load` and
+      `make_inputs` (to regenerate GPU inputs from their seed) are used, `reference` never is.
+    - CKO_ROLE=supervisor: own the inputs, reference and check, time every subject's worker
+      (operations.supervisor); no subject code is ever imported here.
+    - otherwise (a request with no workers): the harness-trusted path, every subject in this
+      process (`drive`); records say so.
     `timer` picks the GPU clock: "torch" or "cupy" events, or "auto" (torch when it sees a GPU, else CuPy).
     """
+    role = os.environ.get("CKO_ROLE", "")
+    if role == "worker":
+        from .worker import serve
+
+        return serve(make_inputs, run, load or load_subject, timer)
     ap = argparse.ArgumentParser(description="cko workload driver (protocol cko/driver-v1)")
     ap.add_argument("request", nargs="?", default=os.environ.get("CKO_DRIVER_REQUEST"))
     args = ap.parse_args(argv)
@@ -520,7 +477,23 @@ def main(make_inputs: Callable[..., Any], run: Callable[[Any, Any], Any], refere
         print("driver: no request (give a path or set CKO_DRIVER_REQUEST)", file=sys.stderr)
         return 2
     req = DriverRequest.model_validate_json(Path(args.request).read_bytes())
-    res = drive(req, make_inputs, run, reference, load=load, extra_metrics=extra_metrics, timer=timer)
+    extra = extra_metrics or {}
+    if req.workers:
+        if role != "supervisor":
+            print("driver: this request names workers; only cko's supervisor role may run it", file=sys.stderr)
+            return 2
+        from .supervisor import SupervisorError, supervise
+
+        try:
+            res = supervise(req, make_inputs, reference, extra, input_seed, _units(req, extra), environment(),
+                            "cuda_events+device_sync" if req.device == "cuda" else "perf_counter_ns")
+        except SupervisorError as exc:  # a coded failure the measure operation reports as it is
+            with open(req.result_path + ".failure", "w") as f:
+                json.dump({"code": exc.code, "field": "subject", "message": str(exc)[:4000]}, f)
+            print(f"cko supervisor: {exc.code}: {exc}", file=sys.stderr)
+            return 1
+    else:
+        res = drive(req, make_inputs, run, reference, load=load, extra_metrics=extra_metrics, timer=timer)
     tmp = req.result_path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(res.model_dump(mode="json"), f)

@@ -57,6 +57,14 @@ class AccuracyRule(Closed):
     check_fraction: float = Field(default=0.25, gt=0, le=1.0)
 
 
+class WorkerSlot(Closed):
+    """One subject's worker: its own container and uid (DESIGN.md, Trust boundary)."""
+
+    subject: str
+    uid: int = Field(ge=1000, le=65533)
+    gid: int = Field(ge=1000, le=65533)
+
+
 class DriverRequest(Closed):
     protocol: str = PROTOCOL
     mode: Literal["smoke", "measure"]
@@ -70,6 +78,13 @@ class DriverRequest(Closed):
     device: Literal["cpu", "cuda"] = "cpu"
     result_path: str
     entry: str = Field(default="kernel.py", description="module file in each subject snapshot to load")
+    # The measuring boundary. Empty: the harness-trusted path (one process loads every subject).
+    workers: list[WorkerSlot] = Field(default_factory=list)
+    ipc_dir: str = "/dev/shm/cko"
+    ctl_socket: str = "/cko/ctl/ctl.sock"
+    runs_per_sample: int = Field(default=1, ge=1, le=1_000_000, description="back-to-back runs in one timed block")
+    timing_mode: Literal["cold", "hot"] = "cold"
+    command_timeout_s: float = Field(default=300.0, gt=0, description="one worker command (a block, a fetch)")
 
     @model_validator(mode="after")
     def _refs(self) -> DriverRequest:
@@ -87,6 +102,12 @@ class DriverRequest(Closed):
             if key in seen:
                 raise ValueError(f"schedule[{i}] repeats {key}")
             seen.add(key)
+        if self.workers:
+            slots = {w.subject for w in self.workers}
+            if slots != subjects or len(slots) != len(self.workers):
+                raise ValueError("workers must name each subject exactly once")
+            if len({w.uid for w in self.workers}) != len(self.workers):
+                raise ValueError("each worker needs its own uid")
         return self
 
 
@@ -113,6 +134,13 @@ class Series(Closed):
     stream_ns: list[int] = Field(default_factory=list)
     sm_mhz: list[list[int | None]] = Field(default_factory=list)  # [start, end] per rep, where known
     accuracy: Accuracy
+    # The boundary's evidence, per rep (empty on the harness-trusted path):
+    bracket_ns: list[int] = Field(default_factory=list)  # the supervisor's clock around the whole command
+    stage_ns: list[int] = Field(default_factory=list)  # the worker's input staging, inside the bracket
+    idle_cpu_ns: list[int] = Field(default_factory=list)  # CPU time of the other (frozen) workers meanwhile
+    void: list[str] = Field(default_factory=list)  # "" or why this rep's sample is void (its pair is dropped)
+    runs: int = 1  # back-to-back runs per sample; samples are per run
+    timing_mode: str = "cold"
 
 
 class DriverResult(Closed):
@@ -123,6 +151,12 @@ class DriverResult(Closed):
     units: dict[str, str] = Field(default_factory=dict)  # metric name -> unit, as the driver measured it
     integrity: list[str] = Field(default_factory=list)  # violations the helper detected
     timing: str = "unknown"  # how samples were timed: cuda_events+device_sync | perf_counter_ns
+    # "workers": each subject in its own process, container and uid, frozen outside its windows, every
+    # block bounded by the supervisor's clock. "harness_trusted": the subjects shared the harness's
+    # process (a hand-written driver); nothing stops a candidate from steering that verdict.
+    boundary: Literal["workers", "harness_trusted"] = "harness_trusted"
+    workers: list[dict[str, Any]] = Field(default_factory=list)  # per subject: load time, GPUs seen, pid
+    calibration: dict[str, Any] = Field(default_factory=dict)  # the supervisor's round-trip and probe figures
 
 
 class ContractError(Closed):
@@ -191,3 +225,35 @@ def unit_check(declared: list[Metric], reported_units: dict[str, str]) -> list[C
             out.append(ContractError(code="wrong_unit", field=f"metrics.{m.name}.unit",
                                      message=f"driver reports {u!r}, Target declares {m.unit!r}"))
     return out
+
+
+_SERIES_LISTS = ("reps", "wall_ns", "stream_ns", "sm_mhz", "bracket_ns", "stage_ns", "idle_cpu_ns", "void")
+
+
+def merge_results(parts: list[DriverResult]) -> DriverResult:
+    """Results of consecutive looks of one stage as one result (series concatenated per subject/case)."""
+    if len(parts) == 1:
+        return parts[0]
+    by: dict[tuple[str, str], list[Series]] = {}
+    for p in parts:
+        for s in p.series:
+            by.setdefault((s.subject, s.case), []).append(s)
+    merged = []
+    for ss in by.values():
+        first = ss[0]
+        acc = first.accuracy.model_copy(update={
+            "passed": all(s.accuracy.passed for s in ss),
+            "checks": sum(s.accuracy.checks for s in ss),
+            "checked_reps": [r for s in ss for r in s.accuracy.checked_reps],
+            "input_seeds": [r for s in ss for r in s.accuracy.input_seeds],
+            "worst_rel_l2": max((s.accuracy.worst_rel_l2 for s in ss if s.accuracy.worst_rel_l2 is not None),
+                                default=None),
+            "worst_max_abs": max((s.accuracy.worst_max_abs for s in ss if s.accuracy.worst_max_abs is not None),
+                                 default=None),
+            "detail": "; ".join(s.accuracy.detail for s in ss if s.accuracy.detail)[:1000],
+        })
+        lists: dict[str, Any] = {k: [v for s in ss for v in getattr(s, k)] for k in _SERIES_LISTS}
+        samples = {k: [v for s in ss for v in s.samples.get(k, [])] for k in first.samples}
+        merged.append(first.model_copy(update=lists | {"samples": samples, "accuracy": acc}))
+    first_p = parts[0]
+    return first_p.model_copy(update={"series": merged, "integrity": [i for p in parts for i in p.integrity]})

@@ -30,6 +30,7 @@ from .locks import FileLock, gpu_lock
 from .models import ObjectRef
 from .records import InvocationRequest, InvocationResult, LimitsSpec, MountSpec, TerminalState
 from .store import Store, new_id, write_new
+from .workers import FreezerService, StageWorkers, WorkerLaunch
 
 META_DIR = ".cko"  # inside the output dir: the probe and checks, not user outputs
 MAX_OUTPUT_BYTES = 2 << 30
@@ -71,6 +72,8 @@ class Plan:
     parent: dict[str, Any] | None = None
     telemetry: bool = False
     policy_path: str | None = None
+    # A measuring stage: one worker container per subject beside this (the supervisor's) container.
+    workers: list[WorkerLaunch] = field(default_factory=list)
 
 
 @dataclass
@@ -273,6 +276,9 @@ def check_plan(plan: Plan, policy: pol.Policy) -> None:
             raise CkoError(f"mount target {m.target} is reserved or given twice", code="bad_request", field="mount")
         targets.add(m.target)
         m.source = str(pol.check_mount(policy, m.source))
+    for w in plan.workers:
+        for m in w.mounts:
+            m.source = str(pol.check_mount(policy, m.source))
     if plan.counters:
         pol.check_counters(policy)
 
@@ -357,6 +363,9 @@ def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = N
                     timeout_s=plan.timeout_s, stop_grace_s=plan.stop_grace_s,
                     cleanup_timeout_s=plan.cleanup_timeout_s,
                 )
+                companions = None
+                if plan.workers:
+                    companions = _stage_workers(store, inv_id, plan, spec, req.user)
                 sampler = None
                 if plan.telemetry:
                     from .telemetry import Sampler
@@ -370,10 +379,10 @@ def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = N
                 def on_event(name: str, data: dict[str, Any]) -> None:
                     ev(name, data)
                     if sampler is not None and name == "container_started":
-                        sampler.container_id = data["container_id"]
+                        sampler.container_ids.append(data["container_id"])
 
                 try:
-                    run = sandbox.run(client, spec, on_event, cancelled=cancel_marker.exists)
+                    run = sandbox.run(client, spec, on_event, cancelled=cancel_marker.exists, companions=companions)
                 finally:
                     series = sampler.stop() if sampler else None
         except CkoError as err:
@@ -387,6 +396,8 @@ def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = N
                 shutil.rmtree(out_dir.parent, ignore_errors=True)
             err.detail = {"invocation": inv_id}
             raise
+        if companions is not None:
+            ev("worker_logs", {k: v[-2000:].decode("utf-8", "replace") for k, v in companions.logs.items()})
         refs, meta, problems = _collect(store, out_dir)
         ev("collected", {"outputs": len(refs), "problems": problems})
         state, code, reason = _terminal(run, meta, d / "cancel")
@@ -423,6 +434,18 @@ def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = N
     if not keep_outputs:
         outcome.close()
     return outcome
+
+
+def _stage_workers(store: Store, inv_id: str, plan: Plan, spec: sandbox.ContainerSpec, user: str) -> StageWorkers:
+    """The supervisor's container becomes the stage's meeting place; the controller's freezer
+    service gets a socket that only the supervisor's container mounts."""
+    sup_uid = int(user.partition(":")[0])
+    ctl = FreezerService(store.root / "scratch" / inv_id / "ctl", owner_uid=sup_uid)
+    spec.mounts.append(sandbox.Mount(str(ctl.directory), "/cko/ctl", read_only=True))
+    spec.ipc_mode = "shareable"
+    spec.shm_bytes = spec.limits.tmpfs_bytes
+    spec.group_add = [w.gid for w in plan.workers]
+    return StageWorkers(spec, plan.workers, ctl)
 
 
 def _terminal(run: sandbox.ContainerRun, meta: dict[str, Any], cancel_marker: Path) -> tuple[TerminalState, int, str | None]:

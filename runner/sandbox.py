@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import CkoError, Exit, unavailable
 from .gpu import GpuGrant
@@ -50,6 +50,11 @@ class ContainerSpec:
     gpu: GpuGrant | None = None
     labels: dict[str, str] = field(default_factory=dict)
     cap_add: list[str] = field(default_factory=list)  # only ever SYS_ADMIN for profiler counters
+    # A measuring stage: the supervisor's container is "shareable" (its /dev/shm is the stage's
+    # meeting place), each worker joins it with "container:<id>"; everything else stays private.
+    ipc_mode: str = "private"
+    shm_bytes: int | None = None
+    group_add: list[int] = field(default_factory=list)  # the supervisor reads each worker's group
     timeout_s: float = 600.0
     stop_grace_s: float = 5.0
     cleanup_timeout_s: float = 20.0
@@ -151,13 +156,17 @@ def container_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         devices=devices or None,
         device_requests=device_requests or None,
         init=True,
-        ipc_mode="private",
+        ipc_mode=spec.ipc_mode,
         detach=True,
         stdin_open=False,
         tty=False,
     )
     if spec.limits.cpus:
         kwargs["nano_cpus"] = int(spec.limits.cpus * 1e9)
+    if spec.shm_bytes:
+        kwargs["shm_size"] = spec.shm_bytes
+    if spec.group_add:
+        kwargs["group_add"] = [str(g) for g in spec.group_add]
     return kwargs
 
 
@@ -214,8 +223,16 @@ def remove_container(client: Any, container_id: str, grace: float, bound: float)
     return rep
 
 
+class Companions(Protocol):
+    """Containers started beside the main one once it runs, and removed before it (a stage's workers)."""
+
+    def start(self, client: Any, container: Any, on_event: Callable[[str, dict[str, Any]], None]) -> None: ...
+
+    def stop(self, client: Any, on_event: Callable[[str, dict[str, Any]], None]) -> None: ...
+
+
 def run(client: Any, spec: ContainerSpec, on_event: Callable[[str, dict[str, Any]], None],
-        cancelled: Callable[[], bool] = lambda: False) -> ContainerRun:
+        cancelled: Callable[[], bool] = lambda: False, companions: Companions | None = None) -> ContainerRun:
     """Create, start, wait with a timeout, stop/kill, collect output, remove. Never leaves it behind."""
     from docker.errors import APIError, DockerException, ImageNotFound
 
@@ -239,6 +256,8 @@ def run(client: Any, spec: ContainerSpec, on_event: Callable[[str, dict[str, Any
         container.start()
         started = time.time()
         on_event("container_started", {"container_id": container.id[:12]})
+        if companions is not None:
+            companions.start(client, container, on_event)
         deadline = time.monotonic() + spec.timeout_s
         while True:
             remaining = deadline - time.monotonic()
@@ -275,6 +294,8 @@ def run(client: Any, spec: ContainerSpec, on_event: Callable[[str, dict[str, Any
             oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
         if timed_out or was_cancelled or engine_error:
             on_event("stop", {"grace_s": spec.stop_grace_s})
+        if companions is not None:
+            companions.stop(client, on_event)
         cleanup = remove_container(client, container.id, spec.stop_grace_s, spec.cleanup_timeout_s)
         if cleanup.killed:
             on_event("kill", {})

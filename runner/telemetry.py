@@ -40,6 +40,14 @@ def _self_cpu_ns() -> float:
     return (t.user + t.system + t.children_user + t.children_system) * 1e9
 
 
+def _containers_cpu_ns(short_ids: list[str]) -> float | None:
+    """CPU time of all of an invocation's containers (a stage's supervisor and its workers)."""
+    if not short_ids:
+        return None
+    vals = [_container_cpu_ns(c) for c in short_ids]
+    return None if any(v is None for v in vals) else sum(v for v in vals if v is not None)
+
+
 def _container_cpu_ns(short_id: str | None) -> float | None:
     if not short_id:
         return None
@@ -63,7 +71,7 @@ class Sampler:
         self.uuids = uuids
         self.interval = interval_s
         self.samples: list[dict[str, Any]] = []
-        self.container_id: str | None = None
+        self.container_ids: list[str] = []  # short ids of the invocation's own containers
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self.error: str | None = None
@@ -78,10 +86,11 @@ class Sampler:
                 "summary": summarize(self.samples, bool(self.uuids), self.error)}
 
     def _ours(self, pid: int) -> bool:
-        if not self.container_id:
+        if not self.container_ids:
             return False
         try:
-            return self.container_id in open(f"/proc/{pid}/cgroup").read()
+            cg = open(f"/proc/{pid}/cgroup").read()
+            return any(c in cg for c in self.container_ids)
         except OSError:
             return False
 
@@ -131,12 +140,12 @@ class Sampler:
     def _cpu_loop(self) -> None:
         ncpu = os.cpu_count() or 1
         prev = _cpu_times()
-        prev_c = _container_cpu_ns(self.container_id)
+        prev_c = _containers_cpu_ns(self.container_ids)
         prev_s = _self_cpu_ns()
         prev_t = time.monotonic()
         while not self._stop.wait(self.interval):
             cur = _cpu_times()
-            cur_c = _container_cpu_ns(self.container_id)
+            cur_c = _containers_cpu_ns(self.container_ids)
             cur_s = _self_cpu_ns()
             now = time.monotonic()
             dt_total = cur[0] - prev[0]

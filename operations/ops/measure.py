@@ -1,10 +1,11 @@
-"""`measure`: drive the user's workload by the protocol, inside the container.
+"""`measure`: drive the user's workload by the protocol, in the supervisor's container.
 
-Reads a measurement plan (the driver request, the driver command, the acquisition mode),
-runs the driver — one process for all subjects (`same_process`) or one process per run of
-consecutive schedule items of one subject (`isolated`) — validates every result against the
-contract and writes /cko/out/result.json. Nothing the driver writes elsewhere under /cko/out
-survives: the output directory is cleaned to what this operation wrote.
+Reads a measurement plan (the driver request, the driver command, the boundary), runs the
+driver once — as cko's supervisor (`workers`: each subject in its own worker container, started
+by the host) or, for a hand-written driver, as the one process that loads every subject
+(`harness_trusted`) — validates the result against the contract and writes /cko/out/result.json.
+Nothing the driver writes elsewhere under /cko/out survives: the output directory is cleaned to
+what this operation wrote.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..protocol import ContractError, DriverRequest, DriverResult, Series, validate_result
+from ..protocol import ContractError, DriverRequest, DriverResult, validate_result
 
 TAIL = 4000
 
@@ -36,7 +37,7 @@ class DriverSpec(BaseModel):
 class MeasurePlan(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     driver: DriverSpec
-    acquisition: str = Field(pattern="^(isolated|same_process)$")
+    boundary: Literal["workers", "harness_trusted"] = "workers"
     request: DriverRequest
     process_timeout_s: float = Field(gt=0)
 
@@ -51,32 +52,6 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def segments(req: DriverRequest, acquisition: str) -> list[DriverRequest]:
-    """The driver requests to run, in order: all in one, or one per same-subject run."""
-    if acquisition == "same_process":
-        return [req]
-    out: list[DriverRequest] = []
-    run: list[Any] = []
-    for item in req.schedule:
-        if run and run[-1].subject != item.subject:
-            out.append(_sub(req, run))
-            run = []
-        run.append(item)
-    if run:
-        out.append(_sub(req, run))
-    return out
-
-
-def _sub(req: DriverRequest, items: list[Any]) -> DriverRequest:
-    subject = items[0].subject
-    cases = {i.case for i in items}
-    return req.model_copy(update={
-        "subjects": [s for s in req.subjects if s.id == subject],
-        "cases": [c for c in req.cases if c.id in cases],
-        "schedule": items,
-    })
-
-
 def run_driver(plan: MeasurePlan, sub: DriverRequest, n: int, work: Path) -> tuple[DriverResult | None, dict[str, Any]]:
     d = work / f"p{n:04d}"
     d.mkdir(parents=True)
@@ -85,7 +60,8 @@ def run_driver(plan: MeasurePlan, sub: DriverRequest, n: int, work: Path) -> tup
     # Cases keep their position in the full request so input seeds match across processes.
     req_path = d / "request.json"
     req_path.write_text(sub.model_dump_json())
-    env = {k: v for k, v in os.environ.items()} | plan.driver.env | {"CKO_DRIVER_REQUEST": str(req_path)}
+    role = {"CKO_ROLE": "supervisor"} if plan.boundary == "workers" else {}
+    env = {k: v for k, v in os.environ.items()} | plan.driver.env | {"CKO_DRIVER_REQUEST": str(req_path)} | role
     info: dict[str, Any] = {"index": n, "subjects": [s.id for s in sub.subjects], "items": len(sub.schedule)}
     t0 = time.monotonic()
     with open(d / "stdout", "wb") as so, open(d / "stderr", "wb") as se:
@@ -105,6 +81,13 @@ def run_driver(plan: MeasurePlan, sub: DriverRequest, n: int, work: Path) -> tup
         info["error"] = {"code": "driver_timed_out", "field": "driver",
                          "message": f"driver process {n} ran past {plan.process_timeout_s:g}s and was killed"}
         return None, info
+    failure_path = result_path.with_name(result_path.name + ".failure")
+    if code != 0 and failure_path.is_file():
+        try:
+            info["error"] = json.loads(failure_path.read_text())
+            return None, info
+        except ValueError:
+            pass
     if code != 0:
         info["error"] = {"code": "driver_crashed", "field": "driver",
                          "message": f"driver process {n} exited with {code}: {info['stderr_tail'][-500:]}"}
@@ -133,61 +116,22 @@ def run_driver(plan: MeasurePlan, sub: DriverRequest, n: int, work: Path) -> tup
     return res, info
 
 
-def merge(parts: list[DriverResult]) -> DriverResult:
-    by: dict[tuple[str, str], list[Series]] = {}
-    for p in parts:
-        for s in p.series:
-            by.setdefault((s.subject, s.case), []).append(s)
-    merged = []
-    for (subject, case), ss in by.items():
-        if len(ss) == 1:
-            merged.append(ss[0])
-            continue
-        reps = [r for s in ss for r in s.reps]
-        samples = {k: [v for s in ss for v in s.samples.get(k, [])] for k in ss[0].samples}
-        acc = ss[0].accuracy.model_copy(update={
-            "passed": all(s.accuracy.passed for s in ss),
-            "checks": sum(s.accuracy.checks for s in ss),
-            "checked_reps": [r for s in ss for r in s.accuracy.checked_reps],
-            "input_seeds": [r for s in ss for r in s.accuracy.input_seeds],
-            "worst_rel_l2": max((s.accuracy.worst_rel_l2 for s in ss if s.accuracy.worst_rel_l2 is not None),
-                                default=None),
-            "worst_max_abs": max((s.accuracy.worst_max_abs for s in ss if s.accuracy.worst_max_abs is not None),
-                                 default=None),
-            "detail": "; ".join(s.accuracy.detail for s in ss if s.accuracy.detail)[:1000],
-        })
-        merged.append(Series(subject=subject, case=case, reps=reps, samples=samples,
-                             wall_ns=[w for s in ss for w in s.wall_ns], sm_mhz=[c for s in ss for c in s.sm_mhz],
-                             stream_ns=[t for s in ss for t in s.stream_ns],
-                             accuracy=acc))
-    first = parts[0]
-    return DriverResult(protocol=first.protocol, mode=first.mode, series=merged, environment=first.environment,
-                        units=first.units, integrity=[i for p in parts for i in p.integrity], timing=first.timing)
-
-
 def measure(plan: MeasurePlan, out: Path, work: Path) -> dict[str, Any]:
-    parts: list[DriverResult] = []
-    processes: list[dict[str, Any]] = []
-    failure = None
-    for n, sub in enumerate(segments(plan.request, plan.acquisition)):
-        res, info = run_driver(plan, sub, n, work)
-        processes.append(info)
-        if res is None:
-            failure = info["error"]
-            break
-        errs = validate_result(sub, res)
-        if errs:
-            failure = errs[0].model_dump() | {"all": [e.model_dump() for e in errs]}
-            break
-        parts.append(res)
-    doc: dict[str, Any] = {"processes": processes, "failure": failure, "acquisition": plan.acquisition}
-    if failure is None and parts:
-        merged = merge(parts)
-        errs = validate_result(plan.request, merged)
-        doc["contract_errors"] = [e.model_dump() for e in errs]
-        if errs:
-            doc["failure"] = errs[0].model_dump()
-        doc["driver_result"] = merged.model_dump(mode="json")
+    res, info = run_driver(plan, plan.request, 0, work)
+    doc: dict[str, Any] = {"processes": [info], "failure": info.get("error"), "boundary": plan.boundary}
+    if res is None:
+        return doc
+    if plan.boundary == "workers" and res.boundary != "workers":
+        doc["failure"] = {"code": "driver_not_helper", "field": "driver.kind",
+                          "message": "the driver did not run as cko's supervisor (it does not call "
+                                     "operations.driver.main); a hand-written driver needs driver.kind "
+                                     "harness_trusted, and its records say the candidate shared its process"}
+        return doc
+    errs = validate_result(plan.request, res)
+    doc["contract_errors"] = [e.model_dump() for e in errs]
+    if errs:
+        doc["failure"] = errs[0].model_dump() | {"all": [e.model_dump() for e in errs]}
+    doc["driver_result"] = res.model_dump(mode="json")
     return doc
 
 

@@ -27,9 +27,15 @@ def ramping_reps(s: Series) -> set[int]:
     return {rep for rep, c in zip(s.reps, s.sm_mhz, strict=False) if c and c[0] and c[0] < RAMP_FRACTION * settled}
 
 
+def void_reps(s: Series) -> set[int]:
+    """Reps whose sample the supervisor voided (the device busy before the window, staging out of line)."""
+    return {rep for rep, why in zip(s.reps, s.void, strict=False) if why}
+
+
 def kept_pairs(ref: Series, cand: Series, exclude_ramping: bool) -> tuple[list[int], int]:
-    """(the reps both subjects ran and the clock rule keeps, how many it excluded)."""
+    """(the reps both subjects ran that the clock rule and the supervisor keep, how many were excluded)."""
     bad = (ramping_reps(ref) | ramping_reps(cand)) if exclude_ramping else set()
+    bad |= void_reps(ref) | void_reps(cand)
     common = sorted(set(ref.reps) & set(cand.reps))
     kept = [i for i in common if i not in bad]
     return kept, len(common) - len(kept)

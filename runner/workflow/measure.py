@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from operations.protocol import DriverRequest, DriverResult, ScheduleItem, Subject
+from operations.protocol import DriverRequest, DriverResult, ScheduleItem, Subject, WorkerSlot
 
 from ..errors import CkoError, Exit
 from ..executor import LOCAL, Executor
@@ -17,6 +17,7 @@ from ..invocation import Outcome, Plan
 from ..models import Ref
 from ..sandbox import Mount
 from ..store import Store, new_id
+from ..workers import WorkerLaunch
 from .records import RanOn, Snapshot, Target
 from .snapshot import materialize, remove_tree
 
@@ -68,39 +69,76 @@ def pick_gpus(target: Target) -> list[str]:
     return [str(i) for i in range(max(1, target.gpu.count))]
 
 
+WORKER_UIDS = range(61000, 61064)
+
+
+def _driver_request(target: Target, subjects: dict[str, Snapshot], schedule: list[ScheduleItem], mode: str,
+                    seed: int, warmup: int | None, trusted: bool) -> DriverRequest:
+    assert target.objective is not None and target.accuracy is not None
+    ids = list(subjects)
+    workers = [] if trusted else [WorkerSlot(subject=sid, uid=WORKER_UIDS[i], gid=WORKER_UIDS[i])
+                                  for i, sid in enumerate(ids)]
+    metrics = [target.objective.primary] + [c.metric for c in target.objective.constraints]
+    return DriverRequest(mode=mode, subjects=[Subject(id=sid, path=f"{SUBJECT_ROOT}/{sid}") for sid in ids],  # type: ignore[arg-type]
+                         cases=target.cases, schedule=schedule,
+                         warmup=target.plan.warmup if warmup is None else warmup, metrics=metrics,
+                         accuracy=target.accuracy, seed=seed, device=target.device,  # type: ignore[arg-type]
+                         result_path="/tmp/unused", entry=target.entry, workers=workers,
+                         command_timeout_s=target.process_timeout_s)
+
+
+def _mounts(store: Store, target: Target, subjects: dict[str, Snapshot], scratch: Path,
+            req: DriverRequest) -> tuple[list[Mount], list[WorkerLaunch]]:
+    """The supervisor's mounts and the workers' launches.
+
+    Workers: the harness (the original without the files a variant may change) and their own
+    subject. Harness-trusted: every subject mounted into the one container, as before."""
+    assert target.original is not None and target.driver is not None
+    trusted = not req.workers
+    harness = materialize(store, target.original, scratch / "harness",
+                          leave_out=None if trusted else target.allowed_paths)
+    mounts = [Mount(str(harness), "/cko/harness", read_only=True)]
+    by_snap: dict[str, Path] = {}
+    for sid, snap in subjects.items():
+        if snap.sha256 not in by_snap:
+            by_snap[snap.sha256] = materialize(store, snap, scratch / f"s-{snap.sha256[:16]}")
+        if trusted:
+            mounts.append(Mount(str(by_snap[snap.sha256]), f"{SUBJECT_ROOT}/{sid}", read_only=True))
+    launches = []
+    for w in req.workers:
+        env = target.driver.env | {"CKO_ROLE": "worker", "CKO_SUBJECT": w.subject, "CKO_SUBJECT_PATH": "/cko/subject",
+                                   "CKO_SOCKET": f"{req.ipc_dir}/sup.sock", "CKO_ENTRY": target.entry,
+                                   "CKO_DEVICE": target.device}
+        launches.append(WorkerLaunch(subject=w.subject, uid=w.uid, command=list(target.driver.command), env=env,
+                                     mounts=[Mount(str(harness), "/cko/harness", read_only=True),
+                                             Mount(str(by_snap[subjects[w.subject].sha256]), "/cko/subject",
+                                                   read_only=True)]))
+    return mounts, launches
+
+
 def run_measurement(store: Store, target: Target, subjects: dict[str, Snapshot], schedule: list[ScheduleItem],
                     *, mode: Literal["smoke", "measure"], seed: int, acquisition: str, label: str, parent: dict[str, Any],
                     warmup: int | None = None, progress: Any = None, telemetry: bool = True,
                     counters: bool = False, policy_path: str | None = None,
                     keep: tuple[str, ...] = (), executor: Executor = LOCAL) -> Measured:
-    """One `measure` invocation: materialise the harness and subjects read-only, run, read back.
+    """One `measure` invocation: the supervisor's container plus one worker container per subject.
 
     The whole schedule (every pair) is one invocation, so one executor call: on a fleet too, the
-    pairs are measured on one device.
+    pairs are measured on one device. `acquisition` is accepted for old callers; every value means
+    one worker per subject. A hand-written driver (driver.kind harness_trusted) runs as before,
+    every subject in its process, and the result says so.
     """
     if target.original is None or target.driver is None or target.accuracy is None or target.objective is None:
         raise CkoError("a diagnostic target cannot be measured", exit_code=Exit.BAD_REQUEST, code="diagnostic_target",
                        field="target")
+    trusted = target.driver.kind == "harness_trusted"
     scratch = store.root / "scratch" / new_id("mea")
-    mounts: list[Mount] = []
     try:
-        harness = materialize(store, target.original, scratch / "harness")
-        mounts.append(Mount(str(harness), "/cko/harness", read_only=True))
-        by_snap: dict[str, Path] = {}
-        driver_subjects = []
-        for sid, snap in subjects.items():
-            if snap.sha256 not in by_snap:
-                by_snap[snap.sha256] = materialize(store, snap, scratch / f"s-{snap.sha256[:16]}")
-            mounts.append(Mount(str(by_snap[snap.sha256]), f"{SUBJECT_ROOT}/{sid}", read_only=True))
-            driver_subjects.append(Subject(id=sid, path=f"{SUBJECT_ROOT}/{sid}"))
-        metrics = [target.objective.primary] + [c.metric for c in target.objective.constraints]
-        req = DriverRequest(mode=mode, subjects=driver_subjects, cases=target.cases, schedule=schedule,
-                            warmup=target.plan.warmup if warmup is None else warmup, metrics=metrics,
-                            accuracy=target.accuracy, seed=seed, device=target.device,  # type: ignore[arg-type]
-                            result_path="/tmp/unused", entry=target.entry)
+        req = _driver_request(target, subjects, schedule, mode, seed, warmup, trusted)
+        mounts, launches = _mounts(store, target, subjects, scratch, req)
         plan_doc = {"driver": {"command": target.driver.command, "cwd": "/cko/harness", "env": target.driver.env},
-                    "acquisition": acquisition, "request": req.model_dump(mode="json"),
-                    "process_timeout_s": target.process_timeout_s}
+                    "boundary": "harness_trusted" if trusted else "workers", "request": req.model_dump(mode="json"),
+                    "process_timeout_s": target.timeout_s if not trusted else target.process_timeout_s}
         plan_dir = scratch / "plan"
         plan_dir.mkdir()
         (plan_dir / "plan.json").write_text(json.dumps(plan_doc))
@@ -113,32 +151,37 @@ def run_measurement(store: Store, target: Target, subjects: dict[str, Snapshot],
                             "/cko/request/plan.json", "--out", "/cko/out"],
                    mounts=mounts, timeout_s=target.timeout_s, memory=target.memory, label=label,
                    workdir="/cko/harness", parent=parent, telemetry=telemetry, counters=counters,
-                   policy_path=policy_path, env={"CKO_KEEP_OUTPUTS": ",".join(keep)} if keep else {})
+                   policy_path=policy_path, env={"CKO_KEEP_OUTPUTS": ",".join(keep)} if keep else {},
+                   workers=launches)
         outcome = executor(store, inv, progress=progress, keep_outputs=True)
         try:
-            doc = outcome.read_json("result.json") or {}
-            res = outcome.result
-            dr = None
-            if isinstance(doc.get("driver_result"), dict):
-                dr = DriverResult.model_validate(doc["driver_result"])
-            failure = doc.get("failure")
-            if failure is None and res.state != "succeeded":
-                tail = (res.stderr_tail or "").strip()[-600:]
-                failure = {"code": "invocation_" + res.state, "field": "invocation",
-                           "message": (res.reason or res.state) + (f"; stderr: {tail}" if tail else "")}
-            kept = {}
-            for name in keep:
-                path = outcome.output_path(name)
-                if path is not None:
-                    kept[name] = path.read_bytes()
-            ref = Ref(id=outcome.id, sha256=_result_sha(store, outcome.id))
-            return Measured(invocation=ref, result=dr, failure=failure, processes=list(doc.get("processes") or []),
-                            telemetry=res.telemetry_summary, identity=res.identity, state=res.state,
-                            exit_code=res.exit_code, reason=res.reason, kept=kept, ran_on=ran_on(ref, outcome))
+            return _read_back(store, outcome, keep)
         finally:
             outcome.close()
     finally:
         remove_tree(scratch)
+
+
+def _read_back(store: Store, outcome: Outcome, keep: tuple[str, ...]) -> Measured:
+    doc = outcome.read_json("result.json") or {}
+    res = outcome.result
+    dr = None
+    if isinstance(doc.get("driver_result"), dict):
+        dr = DriverResult.model_validate(doc["driver_result"])
+    failure = doc.get("failure")
+    if failure is None and res.state != "succeeded":
+        tail = (res.stderr_tail or "").strip()[-600:]
+        failure = {"code": "invocation_" + res.state, "field": "invocation",
+                   "message": (res.reason or res.state) + (f"; stderr: {tail}" if tail else "")}
+    kept = {}
+    for name in keep:
+        path = outcome.output_path(name)
+        if path is not None:
+            kept[name] = path.read_bytes()
+    ref = Ref(id=outcome.id, sha256=_result_sha(store, outcome.id))
+    return Measured(invocation=ref, result=dr, failure=failure, processes=list(doc.get("processes") or []),
+                    telemetry=res.telemetry_summary, identity=res.identity, state=res.state,
+                    exit_code=res.exit_code, reason=res.reason, kept=kept, ran_on=ran_on(ref, outcome))
 
 
 def ran_on(ref: Ref, outcome: Outcome) -> RanOn:

@@ -484,11 +484,9 @@ def experiment_doc(rec: Experiment, ref: Ref) -> dict[str, Any]:
 
 
 def _merge_results(parts: list[Any]) -> Any:
-    if len(parts) == 1:
-        return parts[0]
-    from operations.ops.measure import merge
+    from operations.protocol import merge_results
 
-    return merge(parts)
+    return merge_results(parts)
 
 
 # -- champion -------------------------------------------------------------------------------

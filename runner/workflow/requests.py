@@ -14,6 +14,10 @@ from ..models import Closed
 class DriverCommand(Closed):
     command: list[str] = Field(min_length=1, description="run inside the container, cwd = the harness")
     env: dict[str, str] = Field(default_factory=dict)
+    kind: Literal["helper", "harness_trusted"] = Field(
+        default="helper", description="helper: the driver calls operations.driver.main, and every subject runs in "
+        "its own worker (the trust boundary). harness_trusted: a hand-written cko/driver-v1 driver that loads the "
+        "subjects itself; every record says the candidate shared the harness's process")
 
 
 class Constraint(Closed):
@@ -36,7 +40,8 @@ class StatsPlan(Closed):
     baseline_samples: int = Field(default=10, ge=2, le=10000)
     aa_pairs: int = Field(default=12, ge=3, le=10000)
     warmup: int = Field(default=3, ge=0, le=1000)
-    acquisition: Literal["isolated", "same_process"] = "isolated"
+    acquisition: Literal["workers", "isolated", "same_process"] = Field(
+        default="workers", description="kept for old requests: every value means one worker per subject")
     bootstrap_resamples: int = Field(default=4000, ge=200, le=100000)
     exclude_ramping: bool = Field(default=True, description="pre-declared: drop pairs whose timed block started "
                                   "below 90% of the series' settled SM clock; counted and reported")
@@ -127,7 +132,8 @@ class ExperimentRequest(Closed):
     stage: Literal["screen", "target", "audit"]
     pairs: int | None = Field(default=None, ge=3, le=10000)
     seed: int = Field(default=0, ge=0)
-    acquisition: Literal["isolated", "same_process"] | None = None
+    acquisition: Literal["workers", "isolated", "same_process"] | None = Field(
+        default=None, description="kept for old requests: every value means one worker per subject")
     claims: list[str] = Field(default_factory=list, description="pre-declared claims, recorded verbatim")
     gates: list[Gate] = Field(default_factory=list)
     sequential: bool = Field(default=False, description="target stage: stop early at pre-planned looks")

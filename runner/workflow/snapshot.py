@@ -79,11 +79,16 @@ def load_manifest(store: Store, snap: Snapshot) -> dict[str, Any]:
     return dict(json.loads(data))
 
 
-def materialize(store: Store, snap: Snapshot, dest: Path) -> Path:
-    """Write the snapshot's files (verified against their hashes) into dest, read-only."""
+def materialize(store: Store, snap: Snapshot, dest: Path, leave_out: list[str] | None = None) -> Path:
+    """Write the snapshot's files (verified against their hashes) into dest, read-only.
+
+    `leave_out`: paths (as in allowed_paths) not written — the harness's view of the original
+    holds no subject code, so the supervisor cannot import any."""
     manifest = load_manifest(store, snap)
     dest.mkdir(parents=True, exist_ok=False)
     for f in manifest["files"]:
+        if leave_out and _excluded(f["path"], leave_out):
+            continue
         p = dest / f["path"]
         if ".." in Path(f["path"]).parts or Path(f["path"]).is_absolute():
             raise ValueError(f"bad path in snapshot: {f['path']}")

@@ -1,0 +1,538 @@
+"""The supervisor: the trusted side of a measurement, in its own container, never importing subject code.
+
+It owns the harness's inputs, reference and accuracy check, and the schedule. Each subject runs in a
+worker (operations.worker) in another container under another uid. For every timed block it:
+  1. freezes every worker but the one to be timed (the host controller's cgroup freezer: the
+     whole process tree of a worker's container, detached children included) and writes that
+     worker's own copy of the inputs while it is frozen, so nothing of it sees them early;
+  2. thaws it and times the command with its own monotonic clock (the bracket);
+  3. reads the CPU time of every other worker's cgroup before and after (they were frozen: any
+     change voids the sample) and, on a GPU, checks the device was idle before the window;
+  4. accepts the worker's claimed time only when its own clock confirms it (`check_bracket`);
+  5. fetches the output of checked runs into shared memory and compares it, itself, with the
+     reference computed from inputs no subject touched.
+Only the supervisor writes the result.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import codec
+from .compare import compare, poison
+from .protocol import (
+    UNIT_SCALE_TO_NS,
+    Accuracy,
+    DriverRequest,
+    DriverResult,
+    ScheduleItem,
+    Series,
+    WorkerSlot,
+)
+from .wire import (
+    WORKER_MSG,
+    CtlReply,
+    CtlRequest,
+    Drop,
+    Fetch,
+    Hello,
+    LineSocket,
+    Ping,
+    Quit,
+    Reply,
+    Run,
+    Warm,
+)
+
+HELLO_TIMEOUT_S = 300.0
+PING_ROUNDS = 30
+# A block's bracket may exceed the worker's accounted time (window + staging) by the socket round
+# trip and the process wake-up, measured per worker at start, plus this fixed and relative slack.
+BRACKET_SLACK_NS = 300_000
+BRACKET_SLACK_REL = 0.03
+# A subject's input staging may not exceed the other subject's for the same inputs by more than this
+# (staging sits outside the window: work hidden there would be free).
+STAGE_SLACK_NS = 1_000_000
+STAGE_SLACK_REL = 1.0
+
+
+class SupervisorError(RuntimeError):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def check_bracket(t_ns: int, stage_ns: int, bracket_ns: int, rtt_ns: int) -> str:
+    """Why a worker's claimed time is not confirmed by the supervisor's clock ("" when it is).
+
+    Pure: the rule `cko verify` can re-apply to stored figures."""
+    if t_ns <= 0:
+        return f"worker claimed a non-positive time ({t_ns} ns)"
+    if t_ns + stage_ns > bracket_ns:
+        return (f"worker claimed {t_ns + stage_ns} ns (window {t_ns} + staging {stage_ns}) but the supervisor's "
+                f"clock saw only {bracket_ns} ns around the whole command")
+    unexplained = bracket_ns - t_ns - stage_ns
+    allowed = 2 * rtt_ns + BRACKET_SLACK_NS + int(BRACKET_SLACK_REL * bracket_ns)
+    if unexplained > allowed:
+        return (f"the supervisor's clock saw {bracket_ns} ns around the command, {unexplained} ns more than the "
+                f"worker's window ({t_ns}) and staging ({stage_ns}) account for (allowed {allowed})")
+    return ""
+
+
+def check_staging(stage_a: int, stage_b: int) -> str:
+    """Why subject A's staging is suspicious next to B's staging of the same inputs ("" when not)."""
+    limit = int(stage_b * (1 + STAGE_SLACK_REL)) + STAGE_SLACK_NS
+    if stage_a > limit:
+        return f"input staging took {stage_a} ns against {stage_b} ns for the other subject (limit {limit})"
+    return ""
+
+
+class Ctl:
+    """The host controller's freezer service, reached through the socket mounted at ctl_socket."""
+
+    def __init__(self, path: str) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        self.conn = LineSocket(s)
+
+    def call(self, op: str, worker: str | None = None) -> CtlReply:
+        self.conn.send(CtlRequest(op=op, worker=worker))  # type: ignore[arg-type]
+        reply = CtlReply.model_validate_json(self.conn.recv_line())
+        if not reply.ok:
+            raise SupervisorError("freezer_failed", f"host freezer: {op} {worker or ''}: {reply.error}")
+        return reply
+
+
+@dataclass
+class WorkerConn:
+    slot: WorkerSlot
+    conn: LineSocket
+    hello: Hello
+    rtt_ns: int = 0
+    in_dir: Path = Path()
+    out_dir: Path = Path()
+    serial: int = 0
+
+    def call(self, cmd: Any, timeout: float) -> Reply:
+        self.conn.sock.settimeout(timeout)
+        self.conn.send(cmd)
+        try:
+            msg = WORKER_MSG.validate_json(self.conn.recv_line())
+        except TimeoutError:
+            raise SupervisorError("worker_timed_out", f"worker {self.slot.subject}: no answer within {timeout:g}s") from None
+        except ConnectionError as exc:
+            raise SupervisorError("worker_died", f"worker {self.slot.subject}: {exc}") from None
+        if not isinstance(msg, Reply):
+            raise SupervisorError("worker_protocol", f"worker {self.slot.subject} sent {msg.op} instead of a reply")
+        return msg
+
+
+def _prepare_ipc(req: DriverRequest) -> tuple[Path, socket.socket]:
+    """The shared-memory directory: traversable but not listable, one input and one output directory
+    per worker readable only by that worker's group (the supervisor belongs to each)."""
+    root = Path(req.ipc_dir)
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(mode=0o711)
+    os.chmod(root, 0o711)
+    for w in req.workers:
+        for kind, mode in (("in", 0o750), ("out", 0o770)):
+            d = root / f"{kind}-{w.subject}"
+            d.mkdir()
+            os.chown(d, -1, w.gid)
+            os.chmod(d, mode)
+    path = root / "sup.sock"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    os.chmod(path, 0o777)  # anyone may connect; who is who comes from SO_PEERCRED
+    srv.listen(16)
+    return root, srv
+
+
+def _accept_workers(req: DriverRequest, srv: socket.socket, root: Path) -> dict[str, WorkerConn]:
+    by_uid = {w.uid: w for w in req.workers}
+    conns: dict[str, WorkerConn] = {}
+    deadline = time.monotonic() + HELLO_TIMEOUT_S
+    granted = sorted(u for u in os.environ.get("CKO_GRANTED_GPUS", "").split(",") if u)
+    while len(conns) < len(req.workers):
+        srv.settimeout(max(0.1, deadline - time.monotonic()))
+        try:
+            sock, _ = srv.accept()
+        except TimeoutError:
+            missing = sorted(set(by_uid[u].subject for u in by_uid) - set(conns))
+            raise SupervisorError("worker_missing", f"no hello from worker(s) {', '.join(missing)} "
+                                  f"within {HELLO_TIMEOUT_S:g}s") from None
+        ls = LineSocket(sock)
+        slot = by_uid.get(ls.peer_uid())
+        if slot is None or slot.subject in conns:
+            ls.close()  # not a worker of this stage, or a second connection of one: ignored
+            continue
+        sock.settimeout(max(1.0, deadline - time.monotonic()))
+        msg = WORKER_MSG.validate_json(ls.recv_line())
+        if not isinstance(msg, Hello) or msg.subject != slot.subject:
+            raise SupervisorError("worker_protocol", f"uid {slot.uid} did not introduce itself as {slot.subject}")
+        if msg.error:
+            raise SupervisorError("subject_load_failed", f"subject {slot.subject} failed to load: {msg.error}")
+        if req.device == "cuda" and granted and sorted(msg.gpus) != granted:
+            raise SupervisorError("gpu_grant", f"worker {slot.subject} sees GPUs {msg.gpus}, granted {granted}")
+        conns[slot.subject] = WorkerConn(slot=slot, conn=ls, hello=msg, in_dir=root / f"in-{slot.subject}",
+                                         out_dir=root / f"out-{slot.subject}")
+    return conns
+
+
+class GpuProbe:
+    """Is the device idle? A one-element add in the supervisor's own context, timed on the host.
+
+    A kernel still running in another process's context (work a frozen worker left queued) delays it
+    by a time slice; calibrated at start while every worker is frozen."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        self.x = torch.zeros(1, device="cuda")
+        self.limit_ns = 0
+        samples = [self.once() for _ in range(50)]
+        samples.sort()
+        self.calibration = {"p50_ns": samples[25], "p98_ns": samples[48]}
+        self.limit_ns = 4 * samples[48] + 300_000
+
+    def once(self) -> int:
+        t0 = time.perf_counter_ns()
+        self.x.add_(1)
+        self.torch.cuda.synchronize()
+        return time.perf_counter_ns() - t0
+
+    def busy(self) -> str:
+        t = self.once()
+        if t > self.limit_ns:
+            return f"the device was busy before the window (idle probe took {t} ns, limit {self.limit_ns})"
+        return ""
+
+
+class Clocks:
+    """SM clock from NVML in the supervisor's container, read per block."""
+
+    def __init__(self, device: str) -> None:
+        self.handle: Any = None
+        if device != "cuda":
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:
+            self.handle = None
+
+    def sm(self) -> int | None:
+        if self.handle is None:
+            return None
+        try:
+            return int(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
+        except Exception:
+            return None
+
+
+@dataclass
+class SeriesState:
+    reps: list[int] = field(default_factory=list)
+    per_run_ns: list[int] = field(default_factory=list)
+    bracket: list[int] = field(default_factory=list)
+    stage: list[int] = field(default_factory=list)
+    stream: list[int] = field(default_factory=list)
+    idle: list[int] = field(default_factory=list)
+    void: list[str] = field(default_factory=list)
+    sm: list[list[int | None]] = field(default_factory=list)
+    checks: int = 0
+    checked: list[int] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
+    worst_rel: float = 0.0
+    worst_abs: float = 0.0
+    passed: bool = True
+    detail: str = ""
+
+
+class Supervisor:
+    def __init__(self, req: DriverRequest, make_inputs: Callable[..., Any], reference: Callable[[Any, Any], Any],
+                 extra: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]], input_seed: Callable[..., int]):
+        self.req = req
+        self.make_inputs = make_inputs
+        self.reference = reference
+        self.extra = extra
+        self.input_seed = input_seed
+        self.cases = {c.id: c for c in req.cases}
+        self.case_index = {c.id: i for i, c in enumerate(req.cases)}
+        self.integrity: list[str] = []
+        self.per: dict[tuple[str, str], SeriesState] = {}
+        self.warmed: set[tuple[str, str]] = set()
+        self.pristine: dict[tuple[str, int], Any] = {}
+        self.expected: dict[tuple[str, int], Any] = {}
+        self.active: str | None = None
+        self.clocks = Clocks(req.device)
+        self.probe: GpuProbe | None = None
+        self.ctl: Ctl | None = None
+        self.workers: dict[str, WorkerConn] = {}
+
+    # -- set-up --------------------------------------------------------------------------------
+
+    def start(self) -> dict[str, Any]:
+        root, srv = _prepare_ipc(self.req)
+        self.ctl = Ctl(self.req.ctl_socket)
+        roster = self.ctl.call("roster")
+        want = {w.subject for w in self.req.workers}
+        if set(roster.workers) != want:
+            raise SupervisorError("freezer_roster", f"host runs workers {roster.workers}, request names {sorted(want)}")
+        self.workers = _accept_workers(self.req, srv, root)
+        srv.close()
+        frozen = self.ctl.call("freeze_all")
+        calibration: dict[str, Any] = {"cgroup": frozen.cgroup, "rtt_ns": {}}
+        for sid, w in self.workers.items():
+            self.activate(sid)
+            rtts = []
+            for _ in range(PING_ROUNDS):
+                t0 = time.perf_counter_ns()
+                w.call(Ping(), self.req.command_timeout_s)
+                rtts.append(time.perf_counter_ns() - t0)
+            rtts.sort()
+            w.rtt_ns = rtts[int(0.9 * (len(rtts) - 1))]
+            calibration["rtt_ns"][sid] = {"p50": rtts[len(rtts) // 2], "p90": w.rtt_ns}
+        self.freeze_all()
+        if self.req.device == "cuda":
+            try:
+                self.probe = GpuProbe()
+                calibration["gpu_idle_probe"] = self.probe.calibration | {"limit_ns": self.probe.limit_ns}
+            except Exception as exc:  # no torch in the image: the probe is absent and says so
+                calibration["gpu_idle_probe"] = {"unavailable": f"{type(exc).__name__}: {exc}"[:200]}
+        return calibration
+
+    def activate(self, subject: str) -> dict[str, int]:
+        assert self.ctl is not None
+        reply = self.ctl.call("activate", subject)
+        self.active = subject
+        return reply.usage_ns
+
+    def freeze_all(self) -> None:
+        assert self.ctl is not None
+        self.ctl.call("freeze_all")
+        self.active = None
+
+    def usage(self) -> dict[str, int]:
+        assert self.ctl is not None
+        return self.ctl.call("usage").usage_ns
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def inputs_for(self, case: str, rep: int, warm: bool = False) -> tuple[Any, int]:
+        seed = self.input_seed(self.req.seed, self.case_index[case], rep, warm)
+        key = (case, -1 - rep if warm else rep)
+        if key not in self.pristine:
+            value = self.make_inputs(self.cases[case].params, np.random.default_rng(seed), self.req.device)
+            poison(value)  # an `out` buffer starts as NaN: an output the subject never wrote cannot pass
+            self.pristine[key] = value
+        return self.pristine[key], seed
+
+    def stage_copy(self, w: WorkerConn, value: Any) -> str:
+        """The worker's own copy of the inputs, in its group-readable directory (it is frozen now)."""
+        w.serial += 1
+        d = w.in_dir / f"v{w.serial:06d}"
+        d.mkdir(mode=0o750)
+        os.chown(d, -1, w.slot.gid)
+        codec.encode(value, d)
+        for p in d.iterdir():
+            os.chown(p, -1, w.slot.gid)
+            os.chmod(p, 0o640)
+        return str(d)
+
+    def drop_old_copies(self, w: WorkerConn, keep: str | None) -> None:
+        for d in w.in_dir.iterdir():
+            if str(d) != keep:
+                shutil.rmtree(d, ignore_errors=True)
+
+    # -- the schedule --------------------------------------------------------------------------
+
+    def warm(self, w: WorkerConn, case: str) -> None:
+        """Untimed runs of this subject on this case, before its first timed block."""
+        dirs, seeds = [], []
+        for i in range(self.req.warmup):
+            value, seed = self.inputs_for(case, i, warm=True)
+            seeds.append(seed)
+            if self.req.device != "cuda":
+                dirs.append(self.stage_copy(w, value))
+        self.activate(w.slot.subject)
+        reply = w.call(Warm(case=case, params=self.cases[case].params, inputs=dirs, seeds=seeds,
+                            runs=self.req.runs_per_sample), self.req.command_timeout_s)
+        if not reply.ok:
+            raise SupervisorError("subject_failed", f"subject {w.slot.subject} failed warming up {case}: {reply.error}")
+        self.freeze_all()
+        self.drop_old_copies(w, None)
+
+    def timed(self, item: ScheduleItem) -> None:
+        w = self.workers[item.subject]
+        key = (item.subject, item.case)
+        if key not in self.warmed:
+            self.warm(w, item.case)
+            self.warmed.add(key)
+        value, seed = self.inputs_for(item.case, item.rep)
+        if self.active is not None:
+            self.freeze_all()  # the worker about to be timed is frozen while its inputs are written
+        inputs_dir = self.stage_copy(w, value) if self.req.device != "cuda" else None
+        u0 = self.activate(item.subject)
+        busy = self.probe.busy() if self.probe is not None else ""
+        sm0 = self.clocks.sm()
+        cmd = Run(case=item.case, params=self.cases[item.case].params, rep=item.rep, seed=seed, inputs=inputs_dir,
+                  runs=self.req.runs_per_sample, mode=self.req.timing_mode)
+        t0 = time.perf_counter_ns()
+        reply = w.call(cmd, self.req.command_timeout_s)
+        bracket = time.perf_counter_ns() - t0
+        sm1 = self.clocks.sm()
+        u1 = self.usage()
+        if not reply.ok or reply.t_ns is None:
+            raise SupervisorError("subject_failed", f"subject {item.subject} failed on {item.case} rep {item.rep}: "
+                                  f"{reply.error}")
+        idle = sum(max(0, u1.get(s, 0) - u0.get(s, 0)) for s in self.workers if s != item.subject)
+        st = self.per.setdefault(key, SeriesState())
+        where = f"{item.subject}/{item.case}/rep {item.rep}"
+        disagreement = check_bracket(reply.t_ns, reply.stage_ns or 0, bracket, w.rtt_ns)
+        if disagreement:
+            self.integrity.append(f"{where}: {disagreement}")
+        if idle > 0:
+            self.integrity.append(f"{where}: frozen worker(s) used {idle} ns of CPU during this block")
+        st.reps.append(item.rep)
+        st.per_run_ns.append(max(1, reply.t_ns // self.req.runs_per_sample))
+        st.bracket.append(bracket)
+        st.stage.append(reply.stage_ns or 0)
+        st.stream.append(reply.stream_ns // self.req.runs_per_sample if reply.stream_ns is not None else 0)
+        st.idle.append(idle)
+        st.void.append(busy)
+        st.sm.append([sm0, sm1])
+        if not self.maybe_check(w, st, item, value, seed):
+            w.call(Drop(), self.req.command_timeout_s)
+        if inputs_dir is not None:
+            self.drop_old_copies(w, None)
+
+    def maybe_check(self, w: WorkerConn, st: SeriesState, item: ScheduleItem, value: Any, seed: int) -> bool:
+        """Check this run's output? Decided only now, after the run returned, so it cannot be predicted."""
+        first = st.checks == 0
+        frac = self.req.accuracy.check_fraction
+        if not (first or self.req.mode == "smoke" or secrets.randbelow(1_000_000) < frac * 1_000_000):
+            return False
+        key = (item.case, item.rep)
+        if key not in self.expected:
+            self.expected[key] = self.reference(self.cases[item.case].params, value)
+        expected = self.expected[key]
+        out_dir = w.out_dir / f"o{w.serial:06d}"
+        shutil.rmtree(out_dir, ignore_errors=True)
+        out_dir.mkdir(mode=0o770)
+        os.chown(out_dir, -1, w.slot.gid)
+        os.chmod(out_dir, 0o770)
+        reply = w.call(Fetch(out=str(out_dir)), self.req.command_timeout_s)
+        if not reply.ok:
+            raise SupervisorError("subject_failed", f"subject {item.subject}: output could not be passed back: "
+                                  f"{reply.error}")
+        try:
+            output = codec.decode(out_dir, max_bytes=4 * max(codec.nbytes(expected), 1 << 20) + (64 << 20),
+                                  device_ok=False)
+            rel, mx, detail = compare(output, expected)
+        except codec.CodecError as exc:
+            rel, mx, detail = float("inf"), float("inf"), f"output refused: {exc}"
+        shutil.rmtree(out_dir, ignore_errors=True)
+        st.checks += 1
+        st.checked.append(item.rep)
+        st.seeds.append(seed)
+        st.worst_rel = max(st.worst_rel, rel)
+        st.worst_abs = max(st.worst_abs, mx)
+        acc = self.req.accuracy
+        ok = rel <= acc.rel_l2 and (acc.max_abs is None or mx <= acc.max_abs)
+        if not ok and st.passed:
+            st.passed = False
+            st.detail = detail or (f"rep {item.rep}: rel_l2 {rel:.3g} (tol {acc.rel_l2:g}), "
+                                   f"max_abs {mx:.3g} (tol {acc.max_abs})")
+        return True
+
+    def forget(self, item: ScheduleItem) -> None:
+        """Drop a rep's inputs and reference once every subject has run it."""
+        key = (item.case, item.rep)
+        done = all(item.rep in self.per.get((s, item.case), SeriesState()).reps for s in self.workers)
+        if done:
+            self.pristine.pop(key, None)
+            self.expected.pop(key, None)
+
+    def staging_checks(self) -> None:
+        subjects = list(self.workers)
+        if len(subjects) != 2:
+            return
+        for case in self.cases:
+            a, b = self.per.get((subjects[0], case)), self.per.get((subjects[1], case))
+            if a is None or b is None:
+                continue
+            sb = dict(zip(b.reps, b.stage, strict=True))
+            sa = dict(zip(a.reps, a.stage, strict=True))
+            for st, mine, other, name in ((a, sa, sb, subjects[0]), (b, sb, sa, subjects[1])):
+                for i, rep in enumerate(st.reps):
+                    why = check_staging(mine[rep], other[rep]) if rep in other else ""
+                    if why and not st.void[i]:
+                        st.void[i] = f"{name}: {why}"
+
+    def quit(self) -> None:
+        for w in self.workers.values():
+            try:
+                if self.ctl is not None:
+                    self.activate(w.slot.subject)
+                w.conn.send(Quit())
+            except Exception:
+                pass
+            w.conn.close()
+
+    # -- the result ----------------------------------------------------------------------------
+
+    def series(self) -> list[Series]:
+        out = []
+        tol = {"rel_l2": self.req.accuracy.rel_l2, "max_abs": self.req.accuracy.max_abs}
+        for (subject, case_id), st in self.per.items():
+            params = self.cases[case_id].params
+            samples: dict[str, list[float]] = {}
+            for m in self.req.metrics:
+                if m.name in self.extra:
+                    samples[m.name] = [float(self.extra[m.name][1](params, t)) for t in st.per_run_ns]
+                else:
+                    samples[m.name] = [t / UNIT_SCALE_TO_NS[m.unit] for t in st.per_run_ns]
+            acc = Accuracy(passed=st.passed, checks=st.checks, checked_reps=st.checked,
+                           worst_rel_l2=st.worst_rel if np.isfinite(st.worst_rel) else None,
+                           worst_max_abs=st.worst_abs if np.isfinite(st.worst_abs) else None,
+                           tolerance=tol, detail=st.detail, input_seeds=st.seeds)
+            out.append(Series(subject=subject, case=case_id, reps=st.reps, samples=samples, wall_ns=st.bracket,
+                              stream_ns=st.stream if self.req.device == "cuda" else [], sm_mhz=st.sm, accuracy=acc,
+                              bracket_ns=st.bracket, stage_ns=st.stage, idle_cpu_ns=st.idle, void=st.void,
+                              runs=self.req.runs_per_sample, timing_mode=self.req.timing_mode))
+        return out
+
+
+def supervise(req: DriverRequest, make_inputs: Callable[..., Any], reference: Callable[[Any, Any], Any],
+              extra: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]], input_seed: Callable[..., int],
+              units: dict[str, str], environment: dict[str, str], timing: str) -> DriverResult:
+    sup = Supervisor(req, make_inputs, reference, extra, input_seed)
+    try:
+        calibration = sup.start()
+        for item in req.schedule:
+            sup.timed(item)
+            sup.forget(item)
+        sup.staging_checks()
+    finally:
+        sup.quit()
+    workers = [{"subject": s, "pid": w.hello.pid, "load_s": w.hello.load_s, "gpus": w.hello.gpus,
+                "uid": w.slot.uid, "rtt_p90_ns": w.rtt_ns} for s, w in sup.workers.items()]
+    return DriverResult(protocol=req.protocol, mode=req.mode, series=sup.series(), environment=environment,
+                        units=units, integrity=sup.integrity, timing=timing, boundary="workers", workers=workers,
+                        calibration=calibration)
+

@@ -1,0 +1,133 @@
+"""Clocks a worker times its blocks with: perf_counter_ns on the CPU, CUDA events on a GPU.
+
+A block is `runs` back-to-back runs of the subject on one set of inputs. In `cold` mode on a GPU
+the L2 cache is flushed before the block (a write of a buffer larger than L2, outside the
+window), so the first run reads from memory as a cold-cache call would; in `hot` mode the runs
+follow each other with nothing between them (do_bench / nvbench batch). On a GPU the window ends
+only after a whole-device synchronise, so work a subject left on another stream lands inside it.
+
+These times are the worker's claims: the supervisor bounds every block with its own clock.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+TIMERS = ("auto", "torch", "cupy")
+L2_FLUSH_BYTES = 256 << 20  # larger than any current GPU's L2 (H200: 60 MB)
+
+
+class Backend:
+    name = "perf_counter_ns"
+
+    def sync(self) -> None:
+        return None
+
+    def time_block(self, fn: Callable[[], Any], runs: int, mode: str) -> tuple[Any, int, int | None]:
+        """(last run's output, the block's time in ns, the launching stream's time where known)."""
+        out = None
+        t0 = time.perf_counter_ns()
+        for _ in range(runs):
+            out = fn()
+        return out, time.perf_counter_ns() - t0, None
+
+
+class DeviceEvents(Backend):
+    """Events around the block with a whole-device synchronise inside the window.
+
+    Subclasses bind `synchronize`, `new_event`, `record(event)`, `elapsed_ms(a, b)` and
+    `flush_l2()` from their library."""
+
+    synchronize: Callable[[], Any]
+    new_event: Callable[[], Any]
+    record: Callable[[Any], Any]
+    elapsed_ms: Callable[[Any, Any], float]
+
+    def flush_l2(self) -> None:
+        return None
+
+    def sync(self) -> None:
+        self.synchronize()
+
+    def time_block(self, fn: Callable[[], Any], runs: int, mode: str) -> tuple[Any, int, int | None]:
+        start, returned, end = self.new_event(), self.new_event(), self.new_event()
+        if mode == "cold":
+            self.flush_l2()
+        self.synchronize()
+        out = None
+        self.record(start)
+        for _ in range(runs):
+            out = fn()
+        self.record(returned)  # the launching stream only: for the record, misses other streams
+        self.synchronize()  # whole device: work on other streams or left in flight is inside the window
+        self.record(end)
+        end.synchronize()
+        return out, int(self.elapsed_ms(start, end) * 1e6), int(self.elapsed_ms(start, returned) * 1e6)
+
+
+class TorchCuda(DeviceEvents):
+    name = "cuda_events+device_sync"
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        self.new_event = functools.partial(torch.cuda.Event, enable_timing=True)
+        self.synchronize = torch.cuda.synchronize
+        self.elapsed_ms = torch.cuda.Event.elapsed_time
+        self.record = torch.cuda.Event.record
+        self._scratch: Any = None
+
+    def flush_l2(self) -> None:
+        if self._scratch is None:
+            self._scratch = self.torch.empty(L2_FLUSH_BYTES // 4, dtype=self.torch.int32, device="cuda")
+        self._scratch.zero_()
+
+
+class CupyCuda(DeviceEvents):
+    name = "cupy_events+device_sync"
+
+    def __init__(self) -> None:
+        import cupy
+
+        self.cupy = cupy
+        self.new_event = cupy.cuda.Event
+        self.synchronize = cupy.cuda.runtime.deviceSynchronize
+        self.elapsed_ms = cupy.cuda.get_elapsed_time
+        self.record = cupy.cuda.Event.record
+        self._scratch: Any = None
+
+    def flush_l2(self) -> None:
+        if self._scratch is None:
+            self._scratch = self.cupy.empty(L2_FLUSH_BYTES // 4, dtype=self.cupy.int32)
+        self._scratch.fill(0)
+
+
+def backend_for(device: str, timer: str = "auto") -> Backend:
+    """perf_counter_ns on the CPU; on a GPU CUDA events through torch, or CuPy (`timer`; auto: torch
+    when it sees a GPU, else CuPy)."""
+    if timer not in TIMERS:
+        raise ValueError(f"timer {timer!r}: one of {', '.join(TIMERS)}")
+    if device != "cuda":
+        return Backend()
+    if timer in ("auto", "torch"):
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                return TorchCuda()
+        except ImportError:
+            pass
+        if timer == "torch":
+            raise RuntimeError("device cuda with timer torch, but torch with CUDA is not available in this container")
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            return CupyCuda()
+    except Exception:  # CuPy absent, or present with no usable device
+        pass
+    raise RuntimeError(f"device cuda requested but neither torch nor CuPy with CUDA is available (timer {timer})")

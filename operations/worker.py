@@ -1,0 +1,161 @@
+"""A measuring worker: one process per subject, in its own container, under its own uid.
+
+It loads one subject, then serves the supervisor's commands (warm, run, fetch) until told to quit
+or the socket closes. Everything here shares a process with the subject, so nothing here is
+trusted: the subject may patch any of it. What makes a verdict trustworthy is outside this
+process — the supervisor's clock around every block, the freezer that stops this container
+whenever another subject is timed, the inputs and reference this process never sees, and the
+outputs the supervisor checks itself. The worker's job is only to be fast and honest when the
+subject is.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import codec
+from .compare import poison
+from .timing import Backend, backend_for
+from .wire import COMMAND, Drop, Fetch, Hello, LineSocket, Ping, Quit, Reply, Run, Warm
+
+CONNECT_TIMEOUT_S = 120.0
+
+
+def _connect(path: str) -> LineSocket:
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(path)
+            return LineSocket(s)
+        except OSError:
+            s.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _visible_gpus() -> list[str]:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        n = pynvml.nvmlDeviceGetCount()
+        out = []
+        for i in range(n):
+            u = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+            out.append(u.decode() if isinstance(u, bytes) else str(u))
+        return out
+    except Exception:
+        return []
+
+
+class Worker:
+    def __init__(self, run: Callable[[Any, Any], Any], make_inputs: Callable[..., Any], impl: Any,
+                 backend: Backend, device: str) -> None:
+        self.run_fn = run
+        self.make_inputs = make_inputs
+        self.impl = impl
+        self.backend = backend
+        self.device = device
+        self.last: Any = None
+        self.inputs: Any = None
+
+    def _inputs(self, inputs_dir: str | None, params: dict[str, Any], seed: int) -> Any:
+        if inputs_dir is not None:
+            return codec.decode(Path(inputs_dir), max_bytes=1 << 40, device_ok=self.device == "cuda")
+        value = self.make_inputs(params, np.random.default_rng(seed), self.device)
+        poison(value)
+        return value
+
+    def warm(self, cmd: Warm) -> Reply:
+        sources: list[tuple[str | None, int]] = list(zip(cmd.inputs, cmd.seeds, strict=False)) if cmd.inputs else \
+            [(None, s) for s in cmd.seeds]
+        for inputs_dir, seed in sources:
+            inputs = self._inputs(inputs_dir, dict(cmd.params), seed)
+            for _ in range(max(1, cmd.runs)):
+                self.run_fn(self.impl, inputs)
+            self.backend.sync()
+            del inputs
+        gc.collect()
+        return Reply(ok=True)
+
+    def run(self, cmd: Run) -> Reply:
+        """Stage and time one block. The output and inputs are kept until Fetch or Drop, so freeing
+        them happens in an untimed command, not in the supervisor's bracket of the next block."""
+        gc.disable()  # no collection inside the staging or the window; it runs between blocks
+        try:
+            s0 = time.perf_counter_ns()
+            self.inputs = inputs = self._inputs(cmd.inputs, dict(cmd.params), cmd.seed)
+            self.backend.sync()
+            stage = time.perf_counter_ns() - s0
+            out, t_ns, stream_ns = self.backend.time_block(lambda: self.run_fn(self.impl, inputs), cmd.runs, cmd.mode)
+            self.last = out
+        finally:
+            gc.enable()
+        return Reply(ok=True, t_ns=int(t_ns), stage_ns=int(stage), stream_ns=stream_ns)
+
+    def fetch(self, cmd: Fetch) -> Reply:
+        codec.encode(self.last, Path(cmd.out), host_only=True)
+        return self.drop()
+
+    def drop(self) -> Reply:
+        self.last = self.inputs = None
+        gc.collect(0)
+        return Reply(ok=True)
+
+    def handle(self, cmd: Any) -> Reply | None:
+        if isinstance(cmd, Quit):
+            return None
+        if isinstance(cmd, Ping):
+            return Reply(ok=True)
+        try:
+            if isinstance(cmd, Warm):
+                return self.warm(cmd)
+            if isinstance(cmd, Run):
+                return self.run(cmd)
+            if isinstance(cmd, Fetch):
+                return self.fetch(cmd)
+            if isinstance(cmd, Drop):
+                return self.drop()
+        except Exception as exc:  # the subject's failure, reported to the supervisor with its traceback tail
+            tb = traceback.format_exc()[-2500:]
+            return Reply(ok=False, error=f"{type(exc).__name__}: {exc}\n{tb}"[:4000])
+        return Reply(ok=False, error=f"unknown command {type(cmd).__name__}")
+
+
+def serve(make_inputs: Callable[..., Any], run: Callable[[Any, Any], Any],
+          load: Callable[[str, str, str], Any], timer: str = "auto") -> int:
+    """The worker's main loop (operations.driver.main with CKO_ROLE=worker)."""
+    subject = os.environ["CKO_SUBJECT"]
+    device = os.environ.get("CKO_DEVICE", "cpu")
+    conn = _connect(os.environ["CKO_SOCKET"])
+    t0 = time.monotonic()
+    try:
+        backend = backend_for(device, timer)
+        impl = load(subject, os.environ.get("CKO_SUBJECT_PATH", "/cko/subject"), os.environ.get("CKO_ENTRY", "kernel.py"))
+    except Exception as exc:
+        conn.send(Hello(subject=subject, pid=os.getpid(), error=f"{type(exc).__name__}: {exc}"[:2000]))
+        return 1
+    conn.send(Hello(subject=subject, pid=os.getpid(), gpus=_visible_gpus(), load_s=round(time.monotonic() - t0, 3)))
+    worker = Worker(run, make_inputs, impl, backend, device)
+    while True:
+        try:
+            line = conn.recv_line()
+        except ConnectionError:
+            return 0
+        reply = worker.handle(COMMAND.validate_json(line))
+        if reply is None:
+            return 0
+        conn.send(reply)
+        sys.stdout.flush()
