@@ -138,6 +138,7 @@ class Series(Closed):
     bracket_ns: list[int] = Field(default_factory=list)  # the supervisor's clock around the whole command
     stage_ns: list[int] = Field(default_factory=list)  # the worker's input staging, inside the bracket
     idle_cpu_ns: list[int] = Field(default_factory=list)  # CPU time of the other (frozen) workers meanwhile
+    post_cpu_ns: list[int] = Field(default_factory=list)  # this worker's CPU in the fetch/release after the block
     void: list[str] = Field(default_factory=list)  # "" or why this rep's sample is void (its pair is dropped)
     runs: int = 1  # back-to-back runs per sample; samples are per run
     timing_mode: str = "cold"
@@ -227,7 +228,8 @@ def unit_check(declared: list[Metric], reported_units: dict[str, str]) -> list[C
     return out
 
 
-_SERIES_LISTS = ("reps", "wall_ns", "stream_ns", "sm_mhz", "bracket_ns", "stage_ns", "idle_cpu_ns", "void")
+_SERIES_LISTS = ("reps", "wall_ns", "stream_ns", "sm_mhz", "bracket_ns", "stage_ns", "idle_cpu_ns", "post_cpu_ns",
+                 "void")
 
 
 def merge_results(parts: list[DriverResult]) -> DriverResult:

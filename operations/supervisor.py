@@ -60,10 +60,15 @@ PING_ROUNDS = 30
 # trip and the process wake-up, measured per worker at start, plus this fixed and relative slack.
 BRACKET_SLACK_NS = 300_000
 BRACKET_SLACK_REL = 0.03
+CLOCK_EPSILON_NS = 20_000
+SYSTEMATIC_FRACTION = 0.25
 # A subject's input staging may not exceed the other subject's for the same inputs by more than this
 # (staging sits outside the window: work hidden there would be free).
 STAGE_SLACK_NS = 1_000_000
 STAGE_SLACK_REL = 1.0
+# Likewise the CPU a worker spends in the untimed command after its window (fetch or release).
+POST_SLACK_NS = 3_000_000
+POST_SLACK_REL = 1.0
 
 
 class SupervisorError(RuntimeError):
@@ -72,21 +77,31 @@ class SupervisorError(RuntimeError):
         self.code = code
 
 
-def check_bracket(t_ns: int, stage_ns: int, bracket_ns: int, rtt_ns: int) -> str:
-    """Why a worker's claimed time is not confirmed by the supervisor's clock ("" when it is).
+def check_bracket(t_ns: int, stage_ns: int, bracket_ns: int, rtt_ns: int) -> tuple[str, str]:
+    """(kind, why) when the supervisor's clock does not confirm a worker's claimed time, ("", "") when it does.
 
-    Pure: the rule `cko verify` can re-apply to stored figures."""
+    "impossible": the worker claims more time than passed around the whole command — a forged
+    figure, whatever the load. "unexplained": the clock saw more than the worker accounts for — work
+    hidden outside the window, or the worker was descheduled; one such block is voided, a worker
+    whose blocks are often so is a violation (`systematic_disagreement`). Pure: `cko verify` can
+    re-apply it to the stored figures."""
     if t_ns <= 0:
-        return f"worker claimed a non-positive time ({t_ns} ns)"
-    if t_ns + stage_ns > bracket_ns:
-        return (f"worker claimed {t_ns + stage_ns} ns (window {t_ns} + staging {stage_ns}) but the supervisor's "
-                f"clock saw only {bracket_ns} ns around the whole command")
+        return "impossible", f"worker claimed a non-positive time ({t_ns} ns)"
+    if t_ns + stage_ns > bracket_ns + CLOCK_EPSILON_NS:
+        return "impossible", (f"worker claimed {t_ns + stage_ns} ns (window {t_ns} + staging {stage_ns}) but the "
+                              f"supervisor's clock saw only {bracket_ns} ns around the whole command")
     unexplained = bracket_ns - t_ns - stage_ns
     allowed = 2 * rtt_ns + BRACKET_SLACK_NS + int(BRACKET_SLACK_REL * bracket_ns)
     if unexplained > allowed:
-        return (f"the supervisor's clock saw {bracket_ns} ns around the command, {unexplained} ns more than the "
-                f"worker's window ({t_ns}) and staging ({stage_ns}) account for (allowed {allowed})")
-    return ""
+        return "unexplained", (f"the supervisor's clock saw {bracket_ns} ns around the command, {unexplained} ns more "
+                               f"than the worker's window ({t_ns}) and staging ({stage_ns}) account for "
+                               f"(allowed {allowed})")
+    return "", ""
+
+
+def systematic_disagreement(flags: list[bool]) -> bool:
+    """Too many of one worker's blocks unexplained by its claims to be scheduling noise."""
+    return len(flags) > 0 and sum(flags) > max(1, SYSTEMATIC_FRACTION * len(flags))
 
 
 def check_staging(stage_a: int, stage_b: int) -> str:
@@ -94,6 +109,15 @@ def check_staging(stage_a: int, stage_b: int) -> str:
     limit = int(stage_b * (1 + STAGE_SLACK_REL)) + STAGE_SLACK_NS
     if stage_a > limit:
         return f"input staging took {stage_a} ns against {stage_b} ns for the other subject (limit {limit})"
+    return ""
+
+
+def check_post_cpu(post_ns: int, other_ns: int) -> str:
+    """Why the CPU a worker used after its window (fetching or releasing the output) is suspicious
+    next to the other subject's for the same command ("" when not): deferred work would run there."""
+    limit = int(other_ns * (1 + POST_SLACK_REL)) + POST_SLACK_NS
+    if post_ns > limit:
+        return f"{post_ns} ns of CPU after the window (the other subject: {other_ns}; limit {limit})"
     return ""
 
 
@@ -254,6 +278,9 @@ class SeriesState:
     idle: list[int] = field(default_factory=list)
     void: list[str] = field(default_factory=list)
     sm: list[list[int | None]] = field(default_factory=list)
+    post: list[int] = field(default_factory=list)  # CPU ns of the fetch or drop after each block
+    post_kind: list[str] = field(default_factory=list)
+    unexplained: list[bool] = field(default_factory=list)
     checks: int = 0
     checked: list[int] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
@@ -322,10 +349,11 @@ class Supervisor:
         self.active = subject
         return reply.usage_ns
 
-    def freeze_all(self) -> None:
+    def freeze_all(self) -> dict[str, int]:
         assert self.ctl is not None
-        self.ctl.call("freeze_all")
+        reply = self.ctl.call("freeze_all")
         self.active = None
+        return reply.usage_ns
 
     def usage(self) -> dict[str, int]:
         assert self.ctl is not None
@@ -378,6 +406,7 @@ class Supervisor:
         self.drop_old_copies(w, None)
 
     def timed(self, item: ScheduleItem) -> None:
+        """One timed block, then the output check or release, each while only this worker runs."""
         w = self.workers[item.subject]
         key = (item.subject, item.case)
         if key not in self.warmed:
@@ -395,17 +424,36 @@ class Supervisor:
         t0 = time.perf_counter_ns()
         reply = w.call(cmd, self.req.command_timeout_s)
         bracket = time.perf_counter_ns() - t0
+        u1 = self.freeze_all()  # at once: work the subject left running stops here
         sm1 = self.clocks.sm()
-        u1 = self.usage()
         if not reply.ok or reply.t_ns is None:
             raise SupervisorError("subject_failed", f"subject {item.subject} failed on {item.case} rep {item.rep}: "
                                   f"{reply.error}")
-        idle = sum(max(0, u1.get(s, 0) - u0.get(s, 0)) for s in self.workers if s != item.subject)
+        after = self.probe.busy() if self.probe is not None else ""
         st = self.per.setdefault(key, SeriesState())
+        self.record(st, item, w, reply, bracket, u0, u1, busy or (after and f"after the window: {after}"), [sm0, sm1])
+        # Checked or released, the worker's CPU time in this untimed command is measured: work a
+        # subject deferred past its window would have to run here (see post_cpu_checks).
+        self.activate(item.subject)
+        checked = self.maybe_check(w, st, item, value, seed)
+        if not checked:
+            w.call(Drop(), self.req.command_timeout_s)
+        u3 = self.freeze_all()
+        st.post.append(max(0, u3.get(item.subject, 0) - u1.get(item.subject, 0)))
+        st.post_kind.append("fetch" if checked else "drop")
+        if inputs_dir is not None:
+            self.drop_old_copies(w, None)
+
+    def record(self, st: SeriesState, item: ScheduleItem, w: WorkerConn, reply: Reply, bracket: int,
+               u0: dict[str, int], u1: dict[str, int], void: str, sm: list[int | None]) -> None:
+        assert reply.t_ns is not None
         where = f"{item.subject}/{item.case}/rep {item.rep}"
-        disagreement = check_bracket(reply.t_ns, reply.stage_ns or 0, bracket, w.rtt_ns)
-        if disagreement:
-            self.integrity.append(f"{where}: {disagreement}")
+        idle = sum(max(0, u1.get(s, 0) - u0.get(s, 0)) for s in self.workers if s != item.subject)
+        kind, why = check_bracket(reply.t_ns, reply.stage_ns or 0, bracket, w.rtt_ns)
+        if kind == "impossible":
+            self.integrity.append(f"{where}: {why}")
+        st.unexplained.append(kind == "unexplained")
+        void = void or why
         if idle > 0:
             self.integrity.append(f"{where}: frozen worker(s) used {idle} ns of CPU during this block")
         st.reps.append(item.rep)
@@ -414,12 +462,8 @@ class Supervisor:
         st.stage.append(reply.stage_ns or 0)
         st.stream.append(reply.stream_ns // self.req.runs_per_sample if reply.stream_ns is not None else 0)
         st.idle.append(idle)
-        st.void.append(busy)
-        st.sm.append([sm0, sm1])
-        if not self.maybe_check(w, st, item, value, seed):
-            w.call(Drop(), self.req.command_timeout_s)
-        if inputs_dir is not None:
-            self.drop_old_copies(w, None)
+        st.void.append(void)
+        st.sm.append(sm)
 
     def maybe_check(self, w: WorkerConn, st: SeriesState, item: ScheduleItem, value: Any, seed: int) -> bool:
         """Check this run's output? Decided only now, after the run returned, so it cannot be predicted."""
@@ -468,7 +512,15 @@ class Supervisor:
             self.pristine.pop(key, None)
             self.expected.pop(key, None)
 
-    def staging_checks(self) -> None:
+    def systematic_checks(self) -> None:
+        for (subject, case), st in self.per.items():
+            if systematic_disagreement(st.unexplained):
+                self.integrity.append(f"{subject}/{case}: {sum(st.unexplained)} of {len(st.unexplained)} blocks took "
+                                      f"longer on the supervisor's clock than the worker's claims explain")
+
+    def pair_checks(self) -> None:
+        """Rules that hold one subject's untimed work next to the other's for the same inputs:
+        staging before the window, and the CPU of the fetch or release after it."""
         subjects = list(self.workers)
         if len(subjects) != 2:
             return
@@ -476,13 +528,16 @@ class Supervisor:
             a, b = self.per.get((subjects[0], case)), self.per.get((subjects[1], case))
             if a is None or b is None:
                 continue
-            sb = dict(zip(b.reps, b.stage, strict=True))
-            sa = dict(zip(a.reps, a.stage, strict=True))
-            for st, mine, other, name in ((a, sa, sb, subjects[0]), (b, sb, sa, subjects[1])):
-                for i, rep in enumerate(st.reps):
-                    why = check_staging(mine[rep], other[rep]) if rep in other else ""
-                    if why and not st.void[i]:
-                        st.void[i] = f"{name}: {why}"
+            for mine, other, name in ((a, b, subjects[0]), (b, a, subjects[1])):
+                other_stage = dict(zip(other.reps, other.stage, strict=True))
+                typical = {k: sorted(p for p, kk in zip(other.post, other.post_kind, strict=True) if kk == k)
+                           for k in ("fetch", "drop")}
+                for i, rep in enumerate(mine.reps):
+                    why = check_staging(mine.stage[i], other_stage[rep]) if rep in other_stage else ""
+                    same = typical[mine.post_kind[i]]
+                    why = why or check_post_cpu(mine.post[i], same[len(same) // 2] if same else 0)
+                    if why and not mine.void[i]:
+                        mine.void[i] = f"{name}: {why}"
 
     def quit(self) -> None:
         for w in self.workers.values():
@@ -514,6 +569,7 @@ class Supervisor:
             out.append(Series(subject=subject, case=case_id, reps=st.reps, samples=samples, wall_ns=st.bracket,
                               stream_ns=st.stream if self.req.device == "cuda" else [], sm_mhz=st.sm, accuracy=acc,
                               bracket_ns=st.bracket, stage_ns=st.stage, idle_cpu_ns=st.idle, void=st.void,
+                              post_cpu_ns=st.post,
                               runs=self.req.runs_per_sample, timing_mode=self.req.timing_mode))
         return out
 
@@ -527,7 +583,8 @@ def supervise(req: DriverRequest, make_inputs: Callable[..., Any], reference: Ca
         for item in req.schedule:
             sup.timed(item)
             sup.forget(item)
-        sup.staging_checks()
+        sup.pair_checks()
+        sup.systematic_checks()
     finally:
         sup.quit()
     workers = [{"subject": s, "pid": w.hello.pid, "load_s": w.hello.load_s, "gpus": w.hello.gpus,

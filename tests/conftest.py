@@ -102,7 +102,7 @@ def adversarial_target(example: Path, tmp: Path, case: dict, *, pairs: int = 12,
     req = json.loads((work / "readiness.json").read_text())
     req["cases"] = [case]
     req["accuracy"]["check_fraction"] = 0.5
-    req["plan"].update({"warmup": warmup, "acquisition": "same_process", "target_pairs": pairs})
+    req["plan"].update({"warmup": warmup, "target_pairs": pairs})
     (work / "readiness.json").write_text(json.dumps(req))
     store = tmp / "store"
     r = run_cko("readiness", "--request", str(work / "readiness.json"), "--json", store=store, timeout=900)

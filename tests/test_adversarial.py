@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.conftest import ROOT, adversarial_target, run_candidate, run_cko
@@ -15,23 +17,63 @@ VOIDING = ("failed_accuracy", "integrity_violation")
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return adversarial_target(EX, tmp_path_factory.mktemp("adv"), {"id": "r256x1024", "params": {"rows": 256, "cols": 1024}})
+    # Large enough (16 MB of float64, ~10-30 ms a softmax) that work hidden outside the window,
+    # before it (staging) or after it (fetch, release), stands well above the slack the rules allow.
+    return adversarial_target(EX, tmp_path_factory.mktemp("adv"), {"id": "r512x4096", "params": {"rows": 512, "cols": 4096}})
+
+
+# What each class of trick must end in. "honest": the candidate's own maths is the original's, the
+# trick aims at the other subject, the harness or the record; the boundary leaves it an honest,
+# unaccepted comparison of identical code.
+HONEST = ("below_minimum", "inconclusive", "regressed")
+EXPECTED: dict[str, tuple[str, ...]] = {
+    "cache_by_shape": ("failed_accuracy",), "disk_cache": ("failed_accuracy",), "nan_output": ("failed_accuracy",),
+    "unwritten_output": ("failed_accuracy",), "check_detector": ("failed_accuracy",),
+    "input_overwrite": ("failed_accuracy",), "patched_reference": ("failed_accuracy",),
+    "shm_snoop": ("failed_accuracy",),
+    "patched_timer": ("integrity_violation",), "forged_time": ("integrity_violation",),
+    "deferred_thread": ("failed_accuracy", "integrity_violation", "inconclusive"),
+    "precompute_staging": ("integrity_violation", "inconclusive"),
+    "child_process": HONEST, "sabotage_library": HONEST, "detached_loader": HONEST, "exit_hook_result": HONEST,
+    "probe_rewrite": HONEST, "signal_everyone": HONEST, "import_hook_env": HONEST,
+}
+
+
+def test_every_candidate_has_an_expectation() -> None:
+    assert sorted(EXPECTED) == CANDIDATES
 
 
 @pytest.mark.parametrize("name", CANDIDATES)
 def test_adversarial_candidate_is_never_accepted(target: dict, name: str) -> None:
     r, doc = run_candidate(target, ADV / name, name)
     assert doc["outcome"] != "accepted" and doc["primary_verdict"] != "accepted", doc
-    expected = {
-        "cache_by_shape": "failed_accuracy", "disk_cache": "failed_accuracy", "nan_output": "failed_accuracy",
-        "unwritten_output": "failed_accuracy", "check_detector": "failed_accuracy",
-        "patched_timer": "integrity_violation", "patched_reference": "integrity_violation",
-        "deferred_thread": VOIDING, "child_process": "integrity_violation",
-    }[name]
-    assert doc["outcome"] in (expected if isinstance(expected, tuple) else (expected,)), doc
-    assert r.code == 1
+    assert doc["outcome"] in EXPECTED[name], doc
+    assert r.code == (1 if doc["outcome"] in VOIDING else 0), doc
     sel = run_cko("champion", "select", "--experiment", doc["experiment"]["id"], "--json", store=target["store"])
     assert sel.code == 1
+    result = measured(target["store"], doc)
+    # The freezer held: no worker used CPU while another subject was timed.
+    assert all(v == 0 for s in result["series"] for v in s["idle_cpu_ns"]), result["series"]
+    assert result["boundary"] == "workers" and not result.get("forged")
+
+
+def measured(store, doc: dict) -> dict:
+    """The stage's driver result as the supervisor wrote it (from the experiment's samples object)."""
+    exp = json.loads((store / "experiments" / f"{doc['experiment']['id']}.json").read_text())
+    if exp.get("samples"):
+        h = exp["samples"]["sha256"]
+        return json.loads((store / "objects" / "sha256" / h[:2] / h).read_text())
+    inv = json.loads((store / "invocations" / exp["invocation"]["id"] / "result.json").read_text())
+    out = next(o for o in inv["outputs"] if o["name"] == "result.json")
+    return json.loads((store / "objects" / "sha256" / out["sha256"][:2] / out["sha256"]).read_text())["driver_result"]
+
+
+def test_probe_rewrite_leaves_the_recorded_identity_alone(target: dict) -> None:
+    _, doc = run_candidate(target, ADV / "probe_rewrite", "probe_rewrite-identity")
+    exp = json.loads((target["store"] / "experiments" / f"{doc['experiment']['id']}.json").read_text())
+    inv = json.loads((target["store"] / "invocations" / exp["invocation"]["id"] / "result.json").read_text())
+    tools = inv["identity"]["tools"]
+    assert tools.get("python", "").startswith("3.") and "forged" not in json.dumps(inv["identity"])
 
 
 def test_honest_candidate_same_harness_is_accepted_or_honestly_inconclusive(target: dict) -> None:

@@ -1,0 +1,31 @@
+"""The original's maths, but at import it slows every NumPy function the original calls.
+
+In one process the original would run with the slowed functions and the candidate, holding the
+real ones, would look twice as fast. Each subject has its own process here."""
+
+import time
+
+import numpy as np
+
+_exp, _sub, _max, _sum, _div = np.exp, np.subtract, np.max, np.sum, np.divide
+
+
+def _slowed(fn):
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter()
+        out = fn(*args, **kwargs)
+        while time.perf_counter() - t < 0.02:  # burn 20 ms per call
+            pass
+        return out
+    return wrapper
+
+
+for _name in ("exp", "subtract", "max", "amax", "sum", "divide", "true_divide"):
+    setattr(np, _name, _slowed(getattr(np, _name)))
+np.ndarray.__module__  # the C methods of ndarray cannot be replaced; the module functions can
+
+
+def softmax(x):
+    m = x.max(axis=1, keepdims=True)  # C methods: not slowed
+    e = _exp(_sub(x, m))
+    return _div(e, e.sum(axis=1, keepdims=True))
