@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import select
 import shutil
 import socket
 import time
@@ -147,9 +148,17 @@ class WorkerConn:
     out_dir: Path = Path()
     serial: int = 0
 
-    def call(self, cmd: Any, timeout: float) -> Reply:
+    def call(self, cmd: Any, timeout: float, while_waiting: Callable[[], None] | None = None) -> Reply:
+        """Send a command and wait for its reply; `while_waiting` runs repeatedly until the reply is there
+        (the GPU idle probe during untimed commands)."""
         self.conn.sock.settimeout(timeout)
         self.conn.send(cmd)
+        if while_waiting is not None:
+            deadline = time.monotonic() + timeout
+            while not self.conn.buf and not select.select([self.conn.sock], [], [], 0)[0]:
+                if time.monotonic() > deadline:
+                    break
+                while_waiting()
         try:
             msg = WORKER_MSG.validate_json(self.conn.recv_line())
         except TimeoutError:
@@ -241,6 +250,22 @@ class GpuProbe:
         if t > self.limit_ns:
             return f"the device was busy before the window (idle probe took {t} ns, limit {self.limit_ns})"
         return ""
+
+
+class GpuWatch:
+    """Probes the device while a worker runs an untimed command: compute it launches there (work
+    deferred past its window) contends with the probe. A no-op without a probe (CPU stages)."""
+
+    def __init__(self, probe: GpuProbe | None) -> None:
+        self.probe = probe
+        self.busy = ""
+
+    def poll(self) -> None:
+        if self.probe is None:
+            time.sleep(50e-6)
+            return
+        if not self.busy:
+            self.busy = self.probe.busy()
 
 
 class Clocks:
@@ -435,10 +460,13 @@ class Supervisor:
         # Checked or released, the worker's CPU time in this untimed command is measured: work a
         # subject deferred past its window would have to run here (see post_cpu_checks).
         self.activate(item.subject)
-        checked = self.maybe_check(w, st, item, value, seed)
+        watch = GpuWatch(self.probe)
+        checked = self.maybe_check(w, st, item, value, seed, watch.poll)
         if not checked:
-            w.call(Drop(), self.req.command_timeout_s)
+            w.call(Drop(), self.req.command_timeout_s, watch.poll)
         u3 = self.freeze_all()
+        if watch.busy and not st.void[-1]:
+            st.void[-1] = f"during the fetch or release after the window: {watch.busy}"
         st.post.append(max(0, u3.get(item.subject, 0) - u1.get(item.subject, 0)))
         st.post_kind.append("fetch" if checked else "drop")
         if inputs_dir is not None:
@@ -465,7 +493,8 @@ class Supervisor:
         st.void.append(void)
         st.sm.append(sm)
 
-    def maybe_check(self, w: WorkerConn, st: SeriesState, item: ScheduleItem, value: Any, seed: int) -> bool:
+    def maybe_check(self, w: WorkerConn, st: SeriesState, item: ScheduleItem, value: Any, seed: int,
+                    while_waiting: Callable[[], None] | None = None) -> bool:
         """Check this run's output? Decided only now, after the run returned, so it cannot be predicted."""
         first = st.checks == 0
         frac = self.req.accuracy.check_fraction
@@ -480,7 +509,7 @@ class Supervisor:
         out_dir.mkdir(mode=0o770)
         os.chown(out_dir, -1, w.slot.gid)
         os.chmod(out_dir, 0o770)
-        reply = w.call(Fetch(out=str(out_dir)), self.req.command_timeout_s)
+        reply = w.call(Fetch(out=str(out_dir)), self.req.command_timeout_s, while_waiting)
         if not reply.ok:
             raise SupervisorError("subject_failed", f"subject {item.subject}: output could not be passed back: "
                                   f"{reply.error}")

@@ -20,11 +20,11 @@ def _request(tmp_path: Path, mode: str, process_timeout: float = 60) -> Path:
     req = {
         "name": f"hostile-{mode}", "workload": ".", "entry": "kernel.py", "allowed_paths": ["kernel.py"],
         "exclude": ["readiness.json"],
-        "driver": {"command": ["python", "driver.py"], "env": {"HOSTILE": mode}},
+        "driver": {"command": ["python", "driver.py"], "env": {"HOSTILE": mode}, "kind": "harness_trusted"},
         "cases": [{"id": "small", "params": {"rows": 64, "cols": 256}}],
         "objective": {"primary": {"name": "time", "unit": "ms", "direction": "lower"}, "min_effect_pct": 5},
         "accuracy": {"rel_l2": 1e-9},
-        "plan": {"warmup": 1, "acquisition": "isolated"},
+        "plan": {"warmup": 1},
         "timeout_s": 120, "process_timeout_s": process_timeout,
     }
     (work / "readiness.json").write_text(json.dumps(req))

@@ -89,8 +89,10 @@ def run_driver(plan: MeasurePlan, sub: DriverRequest, n: int, work: Path) -> tup
         except ValueError:
             pass
     if code != 0:
+        hint = (" (a hand-written driver that does not call operations.driver.main needs driver.kind "
+                "harness_trusted)" if plan.boundary == "workers" else "")
         info["error"] = {"code": "driver_crashed", "field": "driver",
-                         "message": f"driver process {n} exited with {code}: {info['stderr_tail'][-500:]}"}
+                         "message": f"driver process {n} exited with {code}{hint}: {info['stderr_tail'][-500:]}"}
         return None, info
     if not result_path.is_file():
         info["error"] = {"code": "result_not_written", "field": "result_path",

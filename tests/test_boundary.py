@@ -1,0 +1,175 @@
+"""The measuring boundary's parts: the supervisor's rules, the value codec, the host's cgroup freezer.
+
+The whole boundary against hostile candidates is tests/test_adversarial.py; these pin its pieces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from operations import codec
+from operations.supervisor import (check_bracket, check_post_cpu, check_staging, systematic_disagreement)
+
+MS = 1_000_000
+
+
+def test_bracket_confirms_an_honest_block() -> None:
+    assert check_bracket(10 * MS, 500_000, 10 * MS + 500_000 + 150_000, rtt_ns=80_000) == ("", "")
+
+
+def test_bracket_refuses_a_claim_longer_than_the_supervisor_saw() -> None:
+    kind, why = check_bracket(12 * MS, 0, 10 * MS, rtt_ns=80_000)
+    assert kind == "impossible" and "saw only" in why
+
+
+def test_bracket_flags_a_clock_slowed_tenfold() -> None:
+    kind, why = check_bracket(1 * MS, 100_000, 10 * MS, rtt_ns=80_000)
+    assert kind == "unexplained" and "more than the worker's window" in why
+
+
+def test_bracket_rejects_a_non_positive_time() -> None:
+    assert check_bracket(0, 0, 1 * MS, rtt_ns=1)[0] == "impossible"
+
+
+def test_systematic_disagreement_needs_more_than_a_quarter() -> None:
+    assert not systematic_disagreement([False] * 20)
+    assert not systematic_disagreement([True] * 5 + [False] * 15)  # scheduling noise: voided, not a violation
+    assert systematic_disagreement([True] * 6 + [False] * 14)
+    assert not systematic_disagreement([True])  # one block alone is never "systematic"
+
+
+def test_staging_bound_against_the_other_subject() -> None:
+    assert check_staging(900_000, 800_000) == ""
+    assert "input staging took" in check_staging(60 * MS, 800_000)
+
+
+def test_post_window_cpu_bound_against_the_other_subject() -> None:
+    assert check_post_cpu(1 * MS, 1 * MS) == ""
+    assert "after the window" in check_post_cpu(40 * MS, 1 * MS)
+
+
+# -- codec -------------------------------------------------------------------------------------
+
+
+def test_codec_round_trip_keeps_structure_and_values(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    value = {"x": rng.standard_normal((7, 5)), "n": 3, "eps": 1e-5, "name": "c", "none": None,
+             "pair": (np.arange(4, dtype=np.int32), [np.float32(2.5), True])}
+    codec.encode(value, tmp_path)
+    back = codec.decode(tmp_path, max_bytes=1 << 20)
+    assert back["n"] == 3 and back["eps"] == 1e-5 and back["name"] == "c" and back["none"] is None
+    np.testing.assert_array_equal(back["x"], value["x"])
+    assert isinstance(back["pair"], tuple) and back["pair"][0].dtype == np.int32
+    assert back["pair"][1] == [2.5, True]
+
+
+def test_decoded_arrays_are_private_copies_on_write(tmp_path: Path) -> None:
+    codec.encode({"x": np.ones((4, 4))}, tmp_path)
+    a = codec.decode(tmp_path, max_bytes=1 << 20)["x"]
+    a[...] = -7.0  # an in-place subject destroys its copy ...
+    b = codec.decode(tmp_path, max_bytes=1 << 20)["x"]
+    assert (b == 1.0).all()  # ... and the file, the supervisor's, is untouched
+
+
+def test_codec_round_trips_torch_bfloat16(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    t = torch.randn(3, 8).to(torch.bfloat16)
+    codec.encode({"t": t}, tmp_path)
+    back = codec.decode(tmp_path, max_bytes=1 << 20, device_ok=False)["t"]
+    assert back.dtype == torch.bfloat16 and torch.equal(back, t)
+
+
+def _manifest(tmp_path: Path, root: object) -> None:
+    (tmp_path / "manifest.json").write_text(json.dumps({"root": root}))
+
+
+@pytest.mark.parametrize("node,why", [
+    ({"a": "../../etc/passwd", "dtype": "<f8", "shape": [1]}, "refused"),
+    ({"a": "a0001.npy", "dtype": "|O", "shape": [1]}, "refused"),
+    ({"a": "a0001.npy", "dtype": "<f8", "shape": [1000, 1000]}, "does not hold"),
+    ({"a": "a0001.npy", "dtype": "<f8", "shape": [-1]}, "negative"),
+    ({"x": 1}, "malformed"),
+])
+def test_codec_refuses_hostile_manifests(tmp_path: Path, node: dict, why: str) -> None:
+    np.save(tmp_path / "a0001.npy", np.zeros(4))
+    _manifest(tmp_path, node)
+    with pytest.raises(codec.CodecError, match=why):
+        codec.decode(tmp_path, max_bytes=1 << 30)
+
+
+def test_codec_refuses_more_than_its_budget_and_deep_nesting(tmp_path: Path) -> None:
+    codec.encode({"x": np.zeros(1024)}, tmp_path)
+    with pytest.raises(codec.CodecError, match="larger than the size allowed"):
+        codec.decode(tmp_path, max_bytes=100)
+    deep: dict = {"s": 1}
+    for _ in range(40):
+        deep = {"l": [deep]}
+    _manifest(tmp_path, deep)
+    with pytest.raises(codec.CodecError):
+        codec.decode(tmp_path, max_bytes=1 << 20)
+
+
+def test_codec_refuses_a_symlinked_array(tmp_path: Path) -> None:
+    np.save(tmp_path / "real.npy", np.zeros(4))
+    os.symlink(tmp_path / "real.npy", tmp_path / "a0001.npy")
+    _manifest(tmp_path, {"a": "a0001.npy", "dtype": "<f8", "shape": [4]})
+    with pytest.raises(codec.CodecError):
+        codec.decode(tmp_path, max_bytes=1 << 20)
+
+
+def test_codec_refuses_objects_it_cannot_pass(tmp_path: Path) -> None:
+    with pytest.raises(codec.CodecError, match="cannot pass"):
+        codec.encode({"f": lambda: 1}, tmp_path)
+
+
+# -- the freezer, on real containers ------------------------------------------------------------
+
+BURN_WITH_DETACHED_CHILD = (
+    "import os, time\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        while True: pass\n"
+    "    os._exit(0)\n"
+    "os.wait()\n"
+    "while True: pass\n"
+)
+
+
+@pytest.mark.docker
+def test_freezer_stops_a_containers_whole_tree_detached_children_included() -> None:
+    from runner import images, sandbox
+    from runner.freezer import Cgroup
+
+    client = images.docker_client()
+    spec = sandbox.ContainerSpec(image_id=images.resolve("cpu", client).image_id,
+                                 command=["/opt/cko/bin/python", "-c", BURN_WITH_DETACHED_CHILD],
+                                 limits=sandbox.Limits(memory_bytes=256 << 20, pids=64, cpus=1.0),
+                                 labels={f"{sandbox.LABEL}.test": "freezer"})
+    c = client.containers.create(**sandbox.container_kwargs(spec))
+    try:
+        c.start()
+        c.reload()
+        cg = Cgroup.of_pid(int(c.attrs["State"]["Pid"]))
+        time.sleep(0.5)
+        assert cg.usage_ns() > 0
+        cg.set_frozen(True)
+        assert cg.frozen()
+        u0 = cg.usage_ns()
+        time.sleep(0.4)
+        assert cg.usage_ns() == u0  # nothing of the tree ran, the detached grandchild included
+        cg.set_frozen(False)
+        time.sleep(0.3)
+        assert cg.usage_ns() > u0 + 50_000_000  # both busy loops run again (1 CPU allowed)
+    finally:
+        try:
+            Cgroup.of_pid(int(c.attrs["State"]["Pid"])).set_frozen(False)
+        except Exception:
+            pass
+        sandbox.remove_container(client, c.id, grace=1, bound=20)
