@@ -222,9 +222,9 @@ def experiment(store: Store, req: ExperimentRequest, progress: Progress,
     require_optimization(t)
     assert t.original and t.objective
     layer = claim_layer(t, req)
+    pairs, looks, seq_plan = _looks(t, req)
     s = _subjects(store, t, req)
     _refuse_repeat(store, t, s, req.stage)
-    pairs, looks, seq_plan = _looks(t, req)
     acquisition = req.acquisition or t.plan.acquisition
     ceiling, source = effective_ceiling(t.plan.load)
     aa = same_content(store, s.ref, s.cand)
