@@ -211,3 +211,12 @@ def test_examples_declare_a_claim_layer() -> None:
     for ex in (ROOT / "examples").iterdir():
         req = json.loads((ex / "readiness.json").read_text())
         assert req.get("claim_layer") == "kernel", ex.name  # each is a micro-benchmark of one operation
+
+
+def test_a_baseline_says_when_its_resolution_was_measured_under_load() -> None:
+    from runner.workflow.decide import under_load
+
+    loaded = under_load(WindowLoad(host_cpus=2, foreign_cpu_cores_median=1.1))
+    assert loaded is not None and loaded.code == "measured_under_load" and "1.10 of 2" in loaded.message
+    assert under_load(WindowLoad(host_cpus=2, foreign_cpu_cores_median=0.05)) is None
+    assert under_load(WindowLoad(foreign_gpu_contexts=1)) is not None
