@@ -18,8 +18,9 @@ from .errors import CkoError, failed
 from .images import repo_root
 from .report import gather, html_report, text
 from .store import Store
-from .workflow import ops
+from .workflow import champion, ops
 from .workflow.audit import audit, junit
+from .workflow.experiment import experiment
 from .workflow.requests import BaselineRequest, ExperimentRequest, ReadinessRequest, VariantRequest
 
 STEPS = ["readiness", "baseline", "variant", "screen", "target", "champion select", "audit", "report"]
@@ -70,27 +71,27 @@ def run_demo(store_dir: Path, example: str, console: Console) -> dict[str, Any]:
 
         step("screen")
         sreq, _ = ops.load_request(ex / "screen.json", ExperimentRequest)
-        screen, code = ops.experiment(store, ops.with_ids(sreq, target=tid, variant=vid), note)
+        screen, code = experiment(store, ops.with_ids(sreq, target=tid, variant=vid), note)
         done("screen", screen)
-        if screen["outcome"] == "rejected" or code:
+        if screen["stage_outcome"] == "rejected" or code:
             raise failed(f"the screen rejected the candidate: {screen['reasons']}", code="screen_rejected")
 
         step("target")
         treq, _ = ops.load_request(ex / "target.json", ExperimentRequest)
-        tdoc, code = ops.experiment(store, ops.with_ids(treq, target=tid, variant=vid), note)
+        tdoc, code = experiment(store, ops.with_ids(treq, target=tid, variant=vid), note)
         done("target", tdoc)
 
         step("champion select")
-        if tdoc["outcome"] == "accepted":
-            doc, _ = ops.select(store, tdoc["experiment"]["id"], "demo: target stage accepted")
+        if tdoc["stage_outcome"] == "accepted":
+            doc, _ = champion.select(store, tdoc["experiment"]["id"], "demo: target stage accepted")
             done("champion select", doc)
         else:
-            done("champion select", {"skipped": f"target stage outcome {tdoc['outcome']}: nothing to select"})
+            done("champion select", {"skipped": f"target stage outcome {tdoc['stage_outcome']}: nothing to select"})
 
         step("audit")
         adoc = audit(store, note)
         (store.root / "audit.junit.xml").write_bytes(junit(adoc))
-        done("audit", {"holds": adoc["holds"], "summary": adoc["summary"]})
+        done("audit", {"answer": adoc["answer"], "holds": adoc["holds"], "summary": adoc["summary"]})
 
         step("report")
         data = gather(store)
@@ -98,7 +99,8 @@ def run_demo(store_dir: Path, example: str, console: Console) -> dict[str, Any]:
         (store.root / "report.txt").write_text(text(data))
         done("report", {"html": str(store.root / "report.html"), "text": str(store.root / "report.txt")})
     summary["seconds"] = round(time.monotonic() - t_start, 1)
-    summary["target_outcome"] = tdoc["outcome"]
+    summary["target_outcome"] = tdoc["stage_outcome"]
     summary["cases"] = tdoc["cases"]
     summary["audit_holds"] = adoc["holds"]
+    summary["audit_answer"] = adoc["answer"]
     return summary

@@ -45,6 +45,9 @@ class Policy(Closed):
     max_cpus: float | None = Field(default=None, gt=0)
     container_user: str | None = Field(default=None, description="uid:gid the container runs as")
     allow_profiler_counters: bool = False
+    # Foreign-load ceilings of a verdict (issue 19): a policy can only lower a plan's declared ceiling
+    max_foreign_cpu_share: float | None = Field(default=None, gt=0, le=1.0)
+    max_foreign_gpu_contexts: int | None = Field(default=None, ge=0)
 
     @field_validator("container_user")
     @classmethod

@@ -11,7 +11,8 @@ from typing import Any
 
 from .invocation import load_result
 from .store import Store
-from .workflow.ops import show
+from .workflow.champion import show
+from .workflow.experiment import supports
 from .workflow.records import Baseline, Experiment, Target
 
 
@@ -40,7 +41,7 @@ def _ci(p: dict[str, Any]) -> str:
 def text(data: dict[str, Any]) -> str:
     out = []
     for t in data["targets"]:
-        out.append(f"Target {t.id} ({t.name}, {t.mode})")
+        out.append(f"Target {t.id} ({t.name}, {t.mode}, claim layer {t.claim_layer})")
         if t.objective:
             out.append(f"  primary {t.objective.primary.name} [{t.objective.primary.unit}] {t.objective.primary.direction}"
                        f" is better; minimum effect {t.objective.min_effect_pct:g}%")
@@ -51,22 +52,28 @@ def text(data: dict[str, Any]) -> str:
                        f"host {i.host.cpu_model}")
         for b in data["baselines"]:
             if b.target.id == t.id:
-                out.append(f"  baseline {b.id}: resolution {b.resolution_pct:.2f}% — {b.note}")
+                out.append(f"  baseline {b.id}: resolution {b.resolution_pct:.2f}%"
+                           + (" (MEASURED UNDER LOAD)" if b.measured_under_load else "") + f" — {b.note}")
         for e in data["experiments"]:
             if e.target.id != t.id:
                 continue
-            out.append(f"  {e.stage:6s} {e.id} vs {e.reference.get('kind')}: {e.outcome}"
+            named = f" ({', '.join(e.blocking_constraints)})" if e.blocking_constraints else ""
+            out.append(f"  {e.stage:6s} {e.id} vs {e.reference.get('kind')}: stage outcome {e.outcome}{named}"
                        + (" (A/A control)" if e.aa_control else ""))
+            out.append(f"      supports: {supports(e.stage, e.outcome, e.claim_layer, e.aa_control)['statement']}")
             for c in e.cases:
-                out.append(f"      {c.case}: {_ci(c.primary)} over {c.pairs} pairs -> {c.primary.get('verdict')}")
+                v = c.primary.get("verdict")
+                out.append(f"      case {c.case}: {_ci(c.primary)} over {c.pairs} pairs -> case verdict {v}"
+                           + ("" if v == e.outcome else f" (stage outcome: {e.outcome})"))
             for r in e.reasons:
-                out.append(f"      note: {r}")
+                out.append(f"      [{r.code}] {r.message}")
     ch = data["champion"]
-    if ch["champion"]:
-        out.append(f"Champion: variant {(ch['champion'].get('variant') or {}).get('id', 'original')} "
-                   f"(selection {ch['champion']['selection']['id']})")
-    else:
-        out.append("Champion: none selected (the original stands)")
+    for tid, c in ch["champions"].items():
+        p = c["pointer"]
+        out.append(f"Champion of {tid}: {(p.get('variant') or {}).get('id') or 'the original'} "
+                   f"(selection {p['selection']['id']})")
+    if not ch["champions"]:
+        out.append("Champion: none selected (the originals stand)")
     return "\n".join(out)
 
 
@@ -146,8 +153,9 @@ def html_report(store: Store, data: dict[str, Any]) -> str:
     body = [f"<h1>cko report</h1><p>store <code>{esc(str(store.root))}</code></p>",
             f"<pre>{esc(text(data))}</pre>"]
     for e in data["experiments"]:
-        body.append(f"<h2>{esc(e.stage)} {esc(e.id)}: {esc(e.outcome)}</h2>")
-        body.append("<ul>" + "".join(f"<li>{esc(r)}</li>" for r in e.reasons) + "</ul>")
+        body.append(f"<h2>{esc(e.stage)} {esc(e.id)}: stage outcome {esc(e.outcome)}</h2>")
+        body.append("<ul>" + "".join(f"<li><code>{esc(r.code)}</code> {esc(r.message)}</li>" for r in e.reasons)
+                    + "</ul>")
         t = next((t for t in data["targets"] if t.id == e.target.id), None)
         min_eff = t.objective.min_effect_pct if t and t.objective else 0.0
         unit = t.objective.primary.unit if t and t.objective else ""
@@ -155,7 +163,8 @@ def html_report(store: Store, data: dict[str, Any]) -> str:
         for c in e.cases:
             ratios = c.primary.get("pair_log_ratios") or []
             body.append(_svg_pairs(ratios, c.primary.get("ci_low_pct"), c.primary.get("ci_high_pct"), min_eff,
-                                   f"{c.case}: {_ci(c.primary)} -> {c.primary.get('verdict')}"))
+                                   f"{c.case}: {_ci(c.primary)} -> case verdict {c.primary.get('verdict')} "
+                                   f"(stage outcome {e.outcome})"))
         if e.samples is not None:
             try:
                 dr = json.loads(store.read_object(e.samples.sha256))

@@ -62,8 +62,8 @@ def verify_store(store: Store) -> dict[str, Any]:
         for p in sorted((store.root / kind).glob("*.json")):
             docs.append((p, None))
     docs += [(p, None) for p in sorted((store.root / "champion" / "selections").glob("*.json"))]
-    if (store.root / "champion" / "current.json").exists():
-        docs.append((store.root / "champion" / "current.json", None))
+    # the champion pointers (one per Target; current.json in stores from before pointers per Target)
+    docs += [(p, None) for p in sorted((store.root / "champion").glob("*.json"))]
     for d in sorted((store.root / "invocations").iterdir()) if (store.root / "invocations").is_dir() else []:
         checked["invocations"] += 1
         res = d / "result.json"
@@ -96,7 +96,7 @@ def verify_store(store: Store) -> dict[str, Any]:
     checked["ledger_entries"] = len(raw_lines)
     for p, _ in docs:
         rel = str(p.relative_to(store.root))
-        if p.name != "current.json" and rel not in ledgered:  # request.json is covered by result.json
+        if p.parent != store.root / "champion" and rel not in ledgered:  # request.json is covered by result.json
             bad(p, "not in the ledger (written outside cko, or the ledger was truncated)")
         checked["records"] += 1
         try:
@@ -127,4 +127,9 @@ def verify_store(store: Store) -> dict[str, Any]:
                     bad(p, f"{ref['_at']}: referenced {ref['id']} is missing")
                 elif sha256_bytes(rp.read_bytes()) != ref["sha256"]:
                     bad(rp, f"altered: referenced from {p.relative_to(store.root)} with another sha256")
+    # issue 19: every recorded verdict recomputed from its stored samples, every champion pointer resolved
+    # (a record edited by hand and re-chained into an unkeyed ledger passes the hashes, not this)
+    from .workflow.recheck import recheck_store
+
+    problems += recheck_store(store)
     return {"ok": not problems, "problems": problems, "checked": checked, "store": str(store.root)}

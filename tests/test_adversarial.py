@@ -46,9 +46,9 @@ def test_every_candidate_has_an_expectation() -> None:
 @pytest.mark.parametrize("name", CANDIDATES)
 def test_adversarial_candidate_is_never_accepted(target: dict, name: str) -> None:
     r, doc = run_candidate(target, ADV / name, name)
-    assert doc["outcome"] != "accepted" and doc["primary_verdict"] != "accepted", doc
-    assert doc["outcome"] in EXPECTED[name], doc
-    assert r.code == (1 if doc["outcome"] in VOIDING else 0), doc
+    assert doc["stage_outcome"] != "accepted" and doc["primary_verdict"] != "accepted", doc
+    assert doc["stage_outcome"] in EXPECTED[name], doc
+    assert r.code == (1 if doc["stage_outcome"] in VOIDING else 0), doc
     sel = run_cko("champion", "select", "--experiment", doc["experiment"]["id"], "--json", store=target["store"])
     assert sel.code == 1
     result = measured(target["store"], doc)
@@ -80,5 +80,5 @@ def test_honest_candidate_same_harness_is_accepted_or_honestly_inconclusive(targ
     """The control: the genuine candidate through the same harness is not voided."""
     r, doc = run_candidate(target, EX / "candidate", "honest")
     assert r.code == 0, r.stdout
-    assert doc["outcome"] not in VOIDING
+    assert doc["stage_outcome"] not in VOIDING
     assert doc["cases"][0]["effect_pct"] > 0

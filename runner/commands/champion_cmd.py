@@ -9,12 +9,11 @@ import click
 from rich.table import Table
 
 from ..cliutil import Outcome, common, console, fleet_options, handled, progress_console
-from ..errors import Exit
 from ..executor import open_executor
 from ..report import gather, html_report, text, to_json
 from ..store import Store
-from ..workflow import ops
-from ..workflow.audit import audit, junit
+from ..workflow import champion as champion_mod
+from ..workflow.audit import EXIT, audit, junit
 
 
 @click.group("champion")
@@ -23,43 +22,49 @@ def champion() -> None:
 
 
 @champion.command("show")
+@click.option("--target", "target", help="One Target's champion (default: every Target's).")
 @common
 @handled
-def show_cmd(store: Path, as_json: bool) -> Outcome:
-    """The champion pointer and the history of selections."""
-    doc = ops.show(Store(store, create=False))
-    t = Table("selection", "action", "variant", "experiment", "at", title="champion history")
+def show_cmd(store: Path, as_json: bool, target: str | None) -> Outcome:
+    """Each Target's champion pointer and the history of selections. A dangling pointer is exit 1."""
+    doc = champion_mod.show(Store(store, create=False), target)
+    t = Table("selection", "target", "action", "variant", "experiment", "evidence", "at", title="champion history")
     for h in doc["history"]:
-        t.add_row(h["id"], h["action"], h["variant"] or "(original)", h["experiment"] or "-", h["created_at"])
-    cur = doc["champion"]
-    head = (f"champion: {(cur.get('variant') or {}).get('id') or 'the original'} (pointer {doc['pointer_sha256'][:16]})"
-            if cur else "champion: none selected (the original stands)")
-    return Outcome(doc=doc, human=t, extra_human=[head])
+        t.add_row(h["id"], h["target"], h["action"], h["variant"] or "(original)", h["experiment"] or "-",
+                  h["evidence"] or "-", h["created_at"])
+    heads = [f"champion of {tid}: {(c['pointer'].get('variant') or {}).get('id') or 'the original'} "
+             f"(pointer {c['pointer_sha256'][:16]})" for tid, c in doc["champions"].items()]
+    return Outcome(doc=doc, human=t, extra_human=heads or ["champion: none selected (the originals stand)"])
 
 
 @champion.command("select")
-@click.option("--experiment", "experiment", required=True, help="A target-stage experiment that accepted.")
+@click.option("--experiment", "experiment", required=True, help="The formal target stage that accepted.")
 @click.option("--reason", default="selected by the caller", show_default=True)
 @common
 @handled
 def select_cmd(store: Path, as_json: bool, experiment: str, reason: str) -> Outcome:
-    """Make an experiment's candidate the champion. Needs a passed accuracy gate and an accepted
-    target-stage primary on the same Target and a comparable identity; otherwise exit 1 naming
-    the missing evidence. The pointer is replaced by compare-and-swap: two callers never both win."""
-    doc, code = ops.select(Store(store, create=False), experiment, reason)
-    return Outcome(doc=doc, human=f"champion: {doc['champion']['variant']['id']} (selection {doc['selection']['id']})",
-                   exit_code=code)
+    """Make an experiment's candidate its Target's champion. Needs the formal target stage of that
+    candidate with outcome accepted (primary accepted and every constraint ok), a verdict the stored
+    samples give again, a passed accuracy gate and a comparable identity; otherwise exit 1 with the
+    missing evidence by code. The Target's pointer is replaced by compare-and-swap."""
+    doc, code = champion_mod.select(Store(store, create=False), experiment, reason)
+    stages = ", ".join(f"{s['stage']} {s['experiment']['id']}: {s['outcome']}" for s in doc["stages"])
+    return Outcome(doc=doc, human=f"champion of {doc['target']}: {doc['champion']['variant']['id']} "
+                   f"(selection {doc['selection']['id']})", exit_code=code,
+                   extra_human=[f"stages: {stages}", f"evidence supports: {doc['supports']['statement']}"])
 
 
 @champion.command("restore")
 @click.option("--target", "target", required=True)
-@click.option("--reason", default="restored by the caller", show_default=True)
+@click.option("--audit", "audit_id", help="An audit-stage experiment that did not hold for this champion.")
+@click.option("--reason", default=None, help="Without --audit: the operator's reason, recorded as such.")
 @common
 @handled
-def restore_cmd(store: Path, as_json: bool, target: str, reason: str) -> Outcome:
-    """Point the champion back at the original."""
-    doc, code = ops.restore(Store(store, create=False), target, reason)
-    return Outcome(doc=doc, human=f"champion: the original (selection {doc['selection']['id']})", exit_code=code)
+def restore_cmd(store: Path, as_json: bool, target: str, audit_id: str | None, reason: str | None) -> Outcome:
+    """Point a Target's champion back at the original: needs a rejecting audit or an explicit reason."""
+    doc, code = champion_mod.restore(Store(store, create=False), target, reason, audit_id)
+    return Outcome(doc=doc, human=f"champion of {target}: the original (selection {doc['selection']['id']}, "
+                   f"evidence {doc['evidence']})", exit_code=code)
 
 
 @click.command("audit")
@@ -70,18 +75,18 @@ def restore_cmd(store: Path, as_json: bool, target: str, reason: str) -> Outcome
 @handled
 def audit_cmd(store: Path, as_json: bool, junit_path: Path | None, pairs: int | None, fleet: str | None,
               gpu_model: str | None) -> Outcome:
-    """For CI: verify every hash, then re-run the original against the champion in the pinned
-    image. Exit 0 when the recorded conclusion still holds, 1 when it does not."""
+    """For CI: verify every hash and recorded verdict, then re-run the original against each Target's
+    champion in the pinned image. Exit 0 holds, 1 does not hold, 5 could not check (image or
+    environment unavailable, a void re-run); the JUnit file says the same (failure / error)."""
     con = progress_console()
     with open_executor(fleet, gpu_model) as executor:
         doc = audit(Store(store, create=False), lambda m: con.print(f"[dim]{m}[/]"), pairs=pairs, executor=executor)
     if junit_path:
         junit_path.write_bytes(junit(doc))
-    t = Table("check", "ok", "detail", title="cko audit")
+    t = Table("check", "answer", "code", "detail", title=f"cko audit: {doc['answer']}")
     for c in doc["checks"]:
-        t.add_row(c["name"], "yes" if c["ok"] else "NO", c["detail"])
-    return Outcome(doc=doc, human=t, extra_human=[doc["summary"]],
-                   exit_code=Exit.DONE if doc["holds"] else Exit.FAILED)
+        t.add_row(c["name"], c["answer"], c["code"], c["detail"])
+    return Outcome(doc=doc, human=t, extra_human=[doc["summary"]], exit_code=EXIT[doc["answer"]])
 
 
 @click.command("report")
@@ -112,13 +117,13 @@ def demo_cmd(store: Path, as_json: bool, example: str) -> Outcome:
     if Path(store) == Path(default_store()):
         store = Path("cko-demo") / time.strftime("run-%Y%m%dT%H%M%S")
     summary = run_demo(store, example, console(as_json) if not as_json else progress_console())
-    t = Table("case", "pairs", "gain %", "95% CI %", "verdict", title=f"cko demo: {example}")
+    t = Table("case", "pairs", "gain %", "95% CI %", "case verdict", title=f"cko demo: {example} "
+              f"(target stage outcome: {summary['target_outcome']})")
     for c in summary["cases"]:
         t.add_row(c["case"], str(c["pairs"]), f"{c['effect_pct']:+.2f}" if c.get("effect_pct") is not None else "-",
                   f"[{c['ci_low_pct']:+.2f}, {c['ci_high_pct']:+.2f}]" if c.get("ci_low_pct") is not None else "-",
-                  str(c["verdict"]))
-    lines = [f"target stage: {summary['target_outcome']}; audit: "
-             f"{'the conclusion holds' if summary['audit_holds'] else 'the conclusion does NOT hold'}",
+                  str(c["case_verdict_text"]))
+    lines = [f"target stage outcome: {summary['target_outcome']}; audit: {summary['audit_answer']}",
              f"store: {summary['store']}  (report.html, report.txt, audit.junit.xml)  in {summary['seconds']} s"]
     return Outcome(doc=summary, human=t, extra_human=lines)
 

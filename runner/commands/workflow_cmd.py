@@ -12,6 +12,7 @@ from ..executor import open_executor
 from ..invocation import reap_orphans
 from ..store import Store
 from ..workflow import ops
+from ..workflow.experiment import experiment
 from ..workflow.requests import BaselineRequest, ExperimentRequest, ReadinessRequest, VariantRequest
 
 REQUEST = click.option("--request", "request", required=True, type=click.Path(path_type=Path),
@@ -95,13 +96,15 @@ def variant_cmd(store: Path, as_json: bool, request: Path, target: str | None) -
 
 
 def experiment_table(doc: dict) -> Table:
-    t = Table("case", "pairs", "excluded", "effect %", "CI %", "Wilcoxon p", "verdict",
-              title=f"{doc['stage']} {doc['experiment']['id']}: {doc['outcome']}")
+    """Per-case rows under a title that carries the stage outcome; a case verdict that differs from
+    the stage outcome says so in its own cell."""
+    t = Table("case", "pairs", "excluded", "effect %", "CI %", "Wilcoxon p", "case verdict",
+              title=f"{doc['stage']} {doc['experiment']['id']}: stage outcome {doc['stage_outcome_text']}")
     for c in doc["cases"]:
         ci = (f"[{c['ci_low_pct']:+.2f}, {c['ci_high_pct']:+.2f}]" if c.get("ci_low_pct") is not None else "-")
         t.add_row(c["case"], str(c["pairs"]), str(c["excluded"]),
                   f"{c['effect_pct']:+.2f}" if c.get("effect_pct") is not None else "-", ci,
-                  f"{c['wilcoxon_p']:.3g}" if c.get("wilcoxon_p") is not None else "-", str(c["verdict"]))
+                  f"{c['wilcoxon_p']:.3g}" if c.get("wilcoxon_p") is not None else "-", c["case_verdict_text"])
     return t
 
 
@@ -117,8 +120,10 @@ def experiment_cmd(store: Path, as_json: bool, request: Path, target: str | None
                    stage: str | None, fleet: str | None, gpu_model: str | None) -> Outcome:
     """Run one stage of a paired comparison of a candidate against the original or the champion.
 
-    screen: few pairs, can reject or leave open, never accept. target: the formal test.
-    Exit 0 whatever the verdict; 1 when accuracy, integrity or the run failed. With --fleet every
+    screen: few pairs, can reject or leave open, never accept. target: the formal test, one per
+    (Target, candidate snapshot, reference): once it decided anything, another is refused (exit 2,
+    target_stage_final, naming it); a void one may be repeated. Exit 0 whatever the verdict; 1 when
+    accuracy, integrity or the run failed. With --fleet every
     look of the stage runs on one node (and one device) of the cluster: the node of the first.
     """
     req, _ = ops.load_request(request, ExperimentRequest)
@@ -128,8 +133,9 @@ def experiment_cmd(store: Path, as_json: bool, request: Path, target: str | None
     st = Store(store)
     reap_orphans(st)
     with open_executor(fleet, gpu_model) as executor:
-        doc, code = ops.experiment(st, req, _say(as_json), executor)
-    return Outcome(doc=doc, human=experiment_table(doc), exit_code=code, extra_human=doc["reasons"])
+        doc, code = experiment(st, req, _say(as_json), executor)
+    notes = [f"{r['code']}: {r['message']}" for r in doc["reasons"]] + [f"supports: {doc['supports']['statement']}"]
+    return Outcome(doc=doc, human=experiment_table(doc), exit_code=code, extra_human=notes)
 
 
 commands = [readiness_cmd, baseline_cmd, variant_cmd, experiment_cmd]

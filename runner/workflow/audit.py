@@ -1,91 +1,125 @@
-"""`cko audit`: for CI. Verify every hash, then re-run the original against the champion in the
-pinned image and say whether the recorded conclusion still holds."""
+"""`cko audit`: for CI. Verify every hash and every recorded verdict, then re-run the original
+against each Target's champion in the pinned image and answer one of three:
+
+- `holds` (exit 0): every champion is still accepted against its original;
+- `does_not_hold` (exit 1): the store fails verification, a pointer dangles, or a re-run decided
+  against the champion (regressed, below minimum, inconclusive, a constraint, accuracy);
+- `could_not_check` (exit 5): a re-run could not measure (image or environment unavailable, a
+  void stage: contamination, unbalanced load, environment mismatch, failed run).
+Each check carries a reason code; the JUnit file agrees (failure / error).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 from xml.etree import ElementTree as ET
 
+from ..errors import CkoError, Exit
 from ..executor import LOCAL, Executor
 from ..store import Store
 from ..verify import verify_store
-from . import ops
-from .records import ChampionPointer, Experiment, Selection, Target
+from .champion import pointer_problems, pointer_targets, read_pointer
+from .common import Progress
+from .decide import VOID_OUTCOMES
+from .experiment import experiment
+from .records import Experiment, Selection, Target
 from .requests import ExperimentRequest
 
+Answer = Literal["holds", "does_not_hold", "could_not_check"]
+EXIT = {"holds": Exit.DONE, "does_not_hold": Exit.FAILED, "could_not_check": Exit.UNAVAILABLE}
+STATUS = {"holds": "ok", "does_not_hold": "failure", "could_not_check": "error"}
 
-def audit(store: Store, progress: ops.Progress, pairs: int | None = None, seed: int | None = None,
+
+def _check(name: str, answer: Answer, code: str, detail: str) -> dict[str, Any]:
+    return {"name": name, "answer": answer, "status": STATUS[answer], "ok": answer == "holds", "code": code,
+            "detail": detail}
+
+
+def overall(checks: list[dict[str, Any]]) -> Answer:
+    answers = {c["answer"] for c in checks}
+    return "does_not_hold" if "does_not_hold" in answers else (
+        "could_not_check" if "could_not_check" in answers else "holds")
+
+
+def audit(store: Store, progress: Progress, pairs: int | None = None, seed: int | None = None,
           executor: Executor = LOCAL) -> dict[str, Any]:
-    checks: list[dict[str, Any]] = []
     rep = verify_store(store)
-    checks.append({"name": "store hashes", "ok": rep["ok"],
-                   "detail": f"{rep['checked']['objects']} objects, {rep['checked']['records']} records"
-                   if rep["ok"] else "; ".join(f"{p['path']}: {p['problem']}" for p in rep["problems"][:10])})
-    doc: dict[str, Any] = {"verify": rep, "checks": checks}
-    if not rep["ok"]:
-        doc["holds"] = False
-        doc["summary"] = "the store failed verification: nothing can be trusted, nothing was re-run"
-        return doc
-    if not store.champion_path.is_file():
-        doc["holds"] = True
-        doc["summary"] = "no champion selected: hashes verified, nothing to re-run"
-        return doc
-    ptr = ChampionPointer.model_validate_json(store.champion_path.read_bytes())
-    sel = _selection(store, ptr.selection.id, ptr.selection.sha256)
-    t, _ = store.get_record("targets", ptr.target.id, Target, sha256=ptr.target.sha256)
-    if sel.action == "restore" or ptr.variant is None:
-        doc["holds"] = True
-        doc["summary"] = "the champion is the original (restored): hashes verified, nothing to re-run"
-        return doc
-    recorded = None
-    if sel.experiment is not None:
-        recorded, _ = store.get_record("experiments", sel.experiment.id, Experiment, sha256=sel.experiment.sha256)
-    req = ExperimentRequest(target=t.id, stage="audit", reference="original",
-                            pairs=pairs or (recorded.plan.get("pairs") if recorded else None),
-                            seed=seed if seed is not None else ((recorded.plan.get("seed", 0) + 1) if recorded else 1))
-    res, code = ops.experiment(store, req, progress, executor)
-    doc["audit_experiment"] = res
-    acc_ok = code == 0 and res["outcome"] not in ("failed_accuracy", "integrity_violation", "failed_run")
-    checks.append({"name": "accuracy and integrity of the champion", "ok": acc_ok,
-                   "detail": "; ".join(res["reasons"])[:500] or res["outcome"]})
-    holds = acc_ok and res["primary_verdict"] == "accepted"
-    rec_v = recorded.primary_verdict if recorded else "unknown"
-    for c in res["cases"]:
-        checks.append({"name": f"case {c['case']}: {rec_v} still holds", "ok": c["verdict"] == "accepted",
-                       "detail": f"effect {c['effect_pct']:+.2f}% CI [{c['ci_low_pct']:+.2f}, {c['ci_high_pct']:+.2f}] "
-                                 f"-> {c['verdict']}" if c.get("effect_pct") is not None else str(c["verdict"])})
-    doc["recorded"] = {"experiment": sel.experiment.model_dump() if sel.experiment else None, "verdict": rec_v,
-                       "cases": [{"case": c.case, "effect_pct": c.primary.get("effect_pct"),
-                                  "ci_low_pct": c.primary.get("ci_low_pct"), "ci_high_pct": c.primary.get("ci_high_pct")}
-                                 for c in (recorded.cases if recorded else [])]}
-    doc["holds"] = holds
-    doc["summary"] = ("the recorded conclusion holds: the champion is still accepted against the original"
-                      if holds else f"the recorded conclusion does not hold: audit verdict {res['primary_verdict']}")
+    ok = rep["ok"]
+    checks = [_check("store hashes and recorded verdicts", "holds" if ok else "does_not_hold",
+                     "verified" if ok else "store_not_verified",
+                     f"{rep['checked']['objects']} objects, {rep['checked']['records']} records" if ok else
+                     "; ".join(f"{p['path']}: {p['problem']}" for p in rep["problems"][:10]))]
+    doc: dict[str, Any] = {"verify": rep, "checks": checks, "targets": {}}
+    if ok:
+        for tid in pointer_targets(store):
+            checks += _audit_target(store, tid, progress, pairs, seed, executor, doc["targets"])
+    answer = overall(checks)
+    doc["answer"] = answer
+    doc["holds"] = answer == "holds"
+    doc["exit_code"] = int(EXIT[answer])
+    doc["summary"] = {
+        "holds": "every recorded conclusion holds" if len(checks) > 1 else
+                 "no champion selected: hashes and verdicts verified, nothing to re-run",
+        "does_not_hold": "a recorded conclusion does not hold: " + "; ".join(
+            f"{c['name']}: {c['code']}" for c in checks if c["answer"] == "does_not_hold"),
+        "could_not_check": "could not check: " + "; ".join(
+            f"{c['name']}: {c['code']}" for c in checks if c["answer"] == "could_not_check"),
+    }[answer]
     return doc
 
 
-def _selection(store: Store, sid: str, sha: str) -> Selection:
-    from ..canonical import sha256_bytes
-    from ..errors import failed
+def _audit_target(store: Store, tid: str, progress: Progress, pairs: int | None, seed: int | None,
+                  executor: Executor, out: dict[str, Any]) -> list[dict[str, Any]]:
+    problems = pointer_problems(store, tid)
+    if problems:
+        return [_check(f"champion of {tid}", "does_not_hold", "dangling_champion", "; ".join(problems))]
+    ptr, _ = read_pointer(store, tid)
+    assert ptr is not None
+    if ptr.variant is None:
+        return [_check(f"champion of {tid}", "holds", "original", "the champion is the original (restored)")]
+    sel = Selection.model_validate_json((store.root / "champion" / "selections" / f"{ptr.selection.id}.json").read_bytes())
+    recorded = None
+    if sel.experiment is not None:
+        recorded, _ = store.get_record("experiments", sel.experiment.id, Experiment, sha256=sel.experiment.sha256)
+    t, _ = store.get_record("targets", tid, Target, sha256=ptr.target.sha256)
+    req = ExperimentRequest(target=t.id, stage="audit", reference="original",
+                            pairs=pairs or (recorded.plan.get("pairs") if recorded else None),
+                            seed=seed if seed is not None else ((recorded.plan.get("seed", 0) + 1) if recorded else 1))
+    name = f"champion of {tid} ({ptr.variant.id}) against the original"
+    try:
+        res, _ = experiment(store, req, progress, executor)
+    except CkoError as exc:
+        if exc.exit_code in (Exit.UNAVAILABLE, Exit.TIMED_OUT):
+            return [_check(name, "could_not_check", exc.code, exc.message)]
+        raise
+    out[tid] = {"audit_experiment": res, "recorded": recorded.id if recorded else None}
+    outcome = res["stage_outcome"]
+    codes = ", ".join(res["reason_codes"])
+    if outcome == "accepted":
+        return [_check(name, "holds", "accepted", _cases(res))]
+    answer: Answer = "could_not_check" if outcome in VOID_OUTCOMES else "does_not_hold"
+    code = next((r["code"] for r in res["reasons"]), outcome) if answer == "could_not_check" else outcome
+    return [_check(name, answer, code, f"audit {res['experiment']['id']}: {res['stage_outcome_text']}"
+                   + (f" [{codes}]" if codes else "") + "; " + _cases(res))]
 
-    p = store.root / "champion" / "selections" / f"{sid}.json"
-    if not p.is_file():
-        raise failed(f"selection {sid} is missing", code="missing_record")
-    data = p.read_bytes()
-    if sha256_bytes(data) != sha:
-        raise failed(f"selection {sid} was altered", code="altered_record")
-    return Selection.model_validate_json(data)
+
+def _cases(res: dict[str, Any]) -> str:
+    return "; ".join(f"case {c['case']}: effect {c['effect_pct']:+.2f}% CI [{c['ci_low_pct']:+.2f}, "
+                     f"{c['ci_high_pct']:+.2f}] -> {c['case_verdict']}" if c.get("effect_pct") is not None
+                     else f"case {c['case']}: {c['case_verdict']}" for c in res["cases"]) or "no cases measured"
 
 
 def junit(doc: dict[str, Any]) -> bytes:
+    """does_not_hold is a <failure>, could_not_check an <error>: CI tells them apart."""
     checks = doc["checks"]
     suite = ET.Element("testsuite", name="cko audit", tests=str(len(checks)),
-                       failures=str(sum(1 for c in checks if not c["ok"])))
+                       failures=str(sum(1 for c in checks if c["status"] == "failure")),
+                       errors=str(sum(1 for c in checks if c["status"] == "error")))
     for c in checks:
         case = ET.SubElement(suite, "testcase", classname="cko.audit", name=c["name"])
-        if not c["ok"]:
-            f = ET.SubElement(case, "failure", message=c["detail"][:200])
-            f.text = c["detail"]
+        if c["status"] != "ok":
+            el = ET.SubElement(case, c["status"], message=f"{c['answer']}: {c['code']}", type=c["code"])
+            el.text = c["detail"]
         else:
             ET.SubElement(case, "system-out").text = c["detail"]
     root = ET.Element("testsuites")

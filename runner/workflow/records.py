@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from operations.protocol import AccuracyRule, Case
 
 from ..identity import EnvironmentIdentity
 from ..models import Closed, ObjectRef, Ref
-from .requests import DriverCommand, GpuRequirement, Objective, StatsPlan
+from .requests import ClaimLayer, DriverCommand, GpuRequirement, Objective, StatsPlan
+from .verdicts import CaseAnalysis, DecidePlan, LoadCheck, Reason, Telemetry, WindowLoad
 
 
 class Snapshot(Closed):
@@ -39,6 +40,7 @@ class Target(Closed):
     id: str
     name: str
     mode: Literal["optimization", "diagnostic"]
+    claim_layer: ClaimLayer = "kernel"
     created_at: str
     original: Snapshot | None = None
     entry: str = "kernel.py"
@@ -87,6 +89,9 @@ class Baseline(Closed):
     identity_mismatch: list[dict[str, Any]] = Field(default_factory=list)
     telemetry: dict[str, Any] | None = None
     ran_on: RanOn | None = None
+    load: WindowLoad | None = None
+    measured_under_load: bool = False  # the resolution includes other work's noise: `warnings` says which
+    warnings: list[Reason] = Field(default_factory=list)
 
 
 class Variant(Closed):
@@ -101,22 +106,6 @@ class Variant(Closed):
     changed: list[str]
     claim: str
     identical_to_parent: bool
-
-
-class CaseAnalysis(Closed):
-    case: str
-    pairs: int
-    excluded_pairs: int
-    exclusion_rule: str
-    primary: dict[str, Any]  # stats result for the primary metric
-    constraints: list[dict[str, Any]] = Field(default_factory=list)
-    # medians of the primary metric over the kept pairs, in its unit: what each subject achieved
-    reference_median: float | None = None
-    candidate_median: float | None = None
-    # GPU clocks: the same medians of the launching stream's own time in ns, without the window's
-    # whole-device synchronise (operations.protocol.Series.stream_ns); None where not recorded
-    reference_stream_median_ns: float | None = None
-    candidate_stream_median_ns: float | None = None
 
 
 class Experiment(Closed):
@@ -140,10 +129,35 @@ class Experiment(Closed):
     cases: list[CaseAnalysis] = Field(default_factory=list)
     primary_verdict: Literal["accepted", "below_minimum", "regressed", "inconclusive", "void"]
     constraint_verdicts: dict[str, str] = Field(default_factory=dict)
-    outcome: str  # screen: promising|rejected|open ; target/audit: accepted|...|failed_accuracy
-    reasons: list[str] = Field(default_factory=list)
+    # The stage outcome (decide.py): screen promising|rejected|open; target/audit accepted|regressed|
+    # below_minimum|inconclusive|constraint_violated|constraint_inconclusive; any stage failed_run|
+    # failed_accuracy|integrity_violation|void. Per-case verdicts live in cases[].primary.verdict.
+    outcome: str
+    blocking_constraints: list[str] = Field(default_factory=list)  # named by a constraint_* outcome
+    reasons: list[Reason] = Field(default_factory=list)
     samples: ObjectRef | None = None
     ran_on: list[RanOn] = Field(default_factory=list)  # one per invocation (look), in order
+    claim_layer: ClaimLayer = "kernel"
+    # What `decide` was given besides the samples: select and verify recompute the verdict from these
+    decision_plan: DecidePlan | None = None
+    load_input: Telemetry | None = None
+    failure: Reason | None = None
+    load: list[LoadCheck] = Field(default_factory=list)
+
+    @field_validator("reasons", mode="before")
+    @classmethod
+    def _old_reasons(cls, v: Any) -> Any:
+        # records written before reasons had codes: keep the sentence under a neutral code
+        return [{"code": "note", "message": r} if isinstance(r, str) else r for r in v] if isinstance(v, list) else v
+
+
+class StageEntry(Closed):
+    """One stage a candidate went through against one reference (every attempt, void ones included)."""
+
+    experiment: Ref
+    stage: str
+    outcome: str
+    created_at: str
 
 
 class Selection(Closed):
@@ -157,6 +171,11 @@ class Selection(Closed):
     previous_pointer_sha256: str | None
     created_at: str
     reason: str
+    # select: every stage of this candidate against this reference; restore: what justified it
+    stages: list[StageEntry] = Field(default_factory=list)
+    claim_layer: ClaimLayer | None = None
+    evidence: Literal["target_stage", "rejecting_audit", "operator_reason"] | None = None
+    audit: Ref | None = None
 
 
 class ChampionPointer(Closed):

@@ -31,6 +31,34 @@ class Objective(Closed):
     constraints: list[Constraint] = Field(default_factory=list)
 
 
+ClaimLayer = Literal["kernel", "workload", "service"]
+# What a claim rests on, narrowest first: a micro-benchmark of one operation, the user's test
+# workload, the end-to-end metric of a running service. Evidence supports its layer and narrower.
+CLAIM_ORDER: dict[str, int] = {"kernel": 0, "workload": 1, "service": 2}
+
+
+class LoadCeiling(Closed):
+    """Foreign load a verdict tolerates (DESIGN.md, Measurement and statistics; README "Foreign load").
+
+    Paired, interleaved ABBA blocks put load that is common to both arms into both arms, so a shared
+    host widens the interval instead of biasing it. A verdict is void only when the load is
+    unbalanced between the arms, or so high that the subject is starved of the machine.
+    """
+
+    max_foreign_cpu_share: float = Field(default=0.9, gt=0, le=1.0, description=(
+        "void when other processes used more than this share of the host's CPU cores (median over "
+        "samples, or over the window where per-sample load is not recorded)"))
+    max_foreign_gpu_contexts: int = Field(default=0, ge=0, description=(
+        "void when more than this many other compute contexts ran on the measured GPU"))
+    max_throttled_share: float = Field(default=0.1, ge=0, le=1.0, description=(
+        "void when more than this share of samples ran under hardware/thermal/power throttling"))
+    imbalance_alpha: float = Field(default=0.01, gt=0, lt=0.5, description=(
+        "two-sided Wilcoxon signed-rank test of per-pair load differences (candidate - reference): "
+        "void below this p-value"))
+    imbalance_min_cores: float = Field(default=0.1, ge=0, description=(
+        "...and only when the median per-pair difference is at least this many CPU cores"))
+
+
 class StatsPlan(Closed):
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
     screen_pairs: int = Field(default=8, ge=3, le=1000)
@@ -45,6 +73,7 @@ class StatsPlan(Closed):
     bootstrap_resamples: int = Field(default=4000, ge=200, le=100000)
     exclude_ramping: bool = Field(default=True, description="pre-declared: drop pairs whose timed block started "
                                   "below 90% of the series' settled SM clock; counted and reported")
+    load: LoadCeiling = LoadCeiling()
 
     @model_validator(mode="after")
     def _order(self) -> StatsPlan:
@@ -64,6 +93,9 @@ class ReadinessRequest(Closed):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     mode: Literal["optimization", "diagnostic"] = "optimization"
+    claim_layer: ClaimLayer = Field(default="kernel", description=(
+        "what the workload is: kernel (a micro-benchmark of one operation), workload (the user's test "
+        "workload) or service (end-to-end metric of a running service); no claim is wider than this"))
     workload: str = Field(default=".", description="the original's directory (relative to this file)")
     entry: str = Field(default="kernel.py", description="the subject file the driver loads")
     allowed_paths: list[str] = Field(default_factory=list, description="files a variant may change")
@@ -137,3 +169,5 @@ class ExperimentRequest(Closed):
     claims: list[str] = Field(default_factory=list, description="pre-declared claims, recorded verbatim")
     gates: list[Gate] = Field(default_factory=list)
     sequential: bool = Field(default=False, description="target stage: stop early at pre-planned looks")
+    claim_layer: ClaimLayer | None = Field(default=None, description="the claim this stage may support: the "
+                                           "Target's layer (default) or a narrower one")

@@ -61,6 +61,9 @@ def manifest_of(store: Store, files: list[tuple[str, Path, int]]) -> dict[str, A
 
 
 def commit(store: Store, manifest: dict[str, Any]) -> Snapshot:
+    # Canonical: files sorted by path, so the identity depends on content only, never on the order
+    # a directory walk met them in (subdirectories come after a directory's files in os.walk).
+    manifest = manifest | {"files": sorted(manifest["files"], key=lambda f: f["path"])}
     data = canonical_bytes(manifest)
     ref = store.put_bytes(data)
     return Snapshot(sha256=sha256_bytes(data), manifest=ObjectRef(sha256=ref["sha256"], size=ref["size"],
@@ -70,6 +73,12 @@ def commit(store: Store, manifest: dict[str, Any]) -> Snapshot:
 
 def take(store: Store, root: Path, exclude: list[str]) -> Snapshot:
     return commit(store, manifest_of(store, scan(root, exclude)))
+
+
+def content_key(store: Store, sha: str) -> str:
+    """The content of a snapshot, independent of how its manifest was written: sorted (path, sha256)."""
+    files = json.loads(store.read_object(sha)).get("files", [])
+    return sha256_bytes(canonical_bytes(sorted([f["path"], f["sha256"]] for f in files)))
 
 
 def load_manifest(store: Store, snap: Snapshot) -> dict[str, Any]:

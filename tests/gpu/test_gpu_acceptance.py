@@ -46,7 +46,7 @@ def test_loop_on_gpu_example(example: str, store: Path) -> None:
     t = run_cko("experiment", "--request", str(ex / "target.json"), "--target", tgt, "--variant",
                 v["variant"]["id"], "--json", store=store, timeout=900)
     assert t.code == 0, t.stdout
-    assert t.json["outcome"] == "accepted", json.dumps(t.json)[:2000]
+    assert t.json["stage_outcome"] == "accepted", json.dumps(t.json)[:2000]
     sel = run_cko("champion", "select", "--experiment", t.json["experiment"]["id"], "--json", store=store)
     assert sel.code == 0, sel.stdout
     a = run_cko("audit", "--json", store=store, timeout=900)  # re-runs original vs champion in the pinned image
@@ -116,7 +116,7 @@ def test_every_gpu_candidate_has_an_expectation() -> None:
 @pytest.mark.parametrize("name", GPU_CANDIDATES)
 def test_gpu_adversarial_candidate_is_never_accepted(layernorm_target: dict, name: str) -> None:
     r, doc = run_candidate(layernorm_target, GPU_ADV / name, name)
-    assert doc.get("outcome") != "accepted" and doc.get("primary_verdict") != "accepted", json.dumps(doc)[:3000]
-    got = doc.get("outcome") if doc.get("outcome") in ("integrity_violation", "failed_accuracy") \
+    assert doc.get("stage_outcome") != "accepted" and doc.get("primary_verdict") != "accepted", json.dumps(doc)[:3000]
+    got = doc.get("stage_outcome") if doc.get("stage_outcome") in ("integrity_violation", "failed_accuracy") \
         else doc.get("primary_verdict")
     assert got in GPU_EXPECTED[name], json.dumps(doc)[:3000]
