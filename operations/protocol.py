@@ -139,6 +139,10 @@ class Series(Closed):
     stage_ns: list[int] = Field(default_factory=list)  # the worker's input staging, inside the bracket
     idle_cpu_ns: list[int] = Field(default_factory=list)  # CPU time of the other (frozen) workers meanwhile
     post_cpu_ns: list[int] = Field(default_factory=list)  # this worker's CPU in the fetch/release after the block
+    # Foreign load per block, read by the supervisor around the bracket (runner/workflow/loadin.py):
+    foreign_cpu_cores: list[float] = Field(default_factory=list)  # host busy cores not this stage's
+    foreign_gpu_contexts: list[int | None] = Field(default_factory=list)  # contexts not this stage's
+    throttle: list[list[str] | None] = Field(default_factory=list)  # throttle reasons at the block's end
     void: list[str] = Field(default_factory=list)  # "" or why this rep's sample is void (its pair is dropped)
     runs: int = 1  # back-to-back runs per sample; samples are per run
     timing_mode: str = "cold"
@@ -229,7 +233,7 @@ def unit_check(declared: list[Metric], reported_units: dict[str, str]) -> list[C
 
 
 _SERIES_LISTS = ("reps", "wall_ns", "stream_ns", "sm_mhz", "bracket_ns", "stage_ns", "idle_cpu_ns", "post_cpu_ns",
-                 "void")
+                 "foreign_cpu_cores", "foreign_gpu_contexts", "throttle", "void")
 
 
 def merge_results(parts: list[DriverResult]) -> DriverResult:

@@ -63,6 +63,9 @@ BRACKET_SLACK_NS = 300_000
 BRACKET_SLACK_REL = 0.03
 CLOCK_EPSILON_NS = 20_000
 SYSTEMATIC_FRACTION = 0.25
+# Throttle reasons that mean the chip slowed for something other than the stage's own load.
+BAD_THROTTLE = {0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+                0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
 # A subject's input staging may not exceed the other subject's for the same inputs by more than this
 # (staging sits outside the window: work hidden there would be free).
 STAGE_SLACK_NS = 1_000_000
@@ -78,14 +81,16 @@ class SupervisorError(RuntimeError):
         self.code = code
 
 
-def check_bracket(t_ns: int, stage_ns: int, bracket_ns: int, rtt_ns: int) -> tuple[str, str]:
+def check_bracket(t_ns: int, stage_ns: int, bracket_ns: int, rtt_ns: int, worker_cpu_ns: int | None = None
+                  ) -> tuple[str, str]:
     """(kind, why) when the supervisor's clock does not confirm a worker's claimed time, ("", "") when it does.
 
     "impossible": the worker claims more time than passed around the whole command — a forged
-    figure, whatever the load. "unexplained": the clock saw more than the worker accounts for — work
-    hidden outside the window, or the worker was descheduled; one such block is voided, a worker
-    whose blocks are often so is a violation (`systematic_disagreement`). Pure: `cko verify` can
-    re-apply it to the stored figures."""
+    figure, whatever the load. "unexplained": the clock saw more than the worker accounts for, and
+    the worker's cgroup was on a CPU for that extra time — work hidden outside the window, or a clock
+    it slowed; such a block is voided, and a worker whose blocks are often so is a violation
+    (`systematic_disagreement`). "descheduled": the extra time was not spent on a CPU by the worker
+    (it, or the supervisor, waited for a core on a loaded host): recorded, the sample stands. Pure."""
     if t_ns <= 0:
         return "impossible", f"worker claimed a non-positive time ({t_ns} ns)"
     if t_ns + stage_ns > bracket_ns + CLOCK_EPSILON_NS:
@@ -93,11 +98,13 @@ def check_bracket(t_ns: int, stage_ns: int, bracket_ns: int, rtt_ns: int) -> tup
                               f"supervisor's clock saw only {bracket_ns} ns around the whole command")
     unexplained = bracket_ns - t_ns - stage_ns
     allowed = 2 * rtt_ns + BRACKET_SLACK_NS + int(BRACKET_SLACK_REL * bracket_ns)
-    if unexplained > allowed:
-        return "unexplained", (f"the supervisor's clock saw {bracket_ns} ns around the command, {unexplained} ns more "
-                               f"than the worker's window ({t_ns}) and staging ({stage_ns}) account for "
-                               f"(allowed {allowed})")
-    return "", ""
+    if unexplained <= allowed:
+        return "", ""
+    why = (f"the supervisor's clock saw {bracket_ns} ns around the command, {unexplained} ns more than the "
+           f"worker's window ({t_ns}) and staging ({stage_ns}) account for (allowed {allowed})")
+    if worker_cpu_ns is not None and worker_cpu_ns <= t_ns + stage_ns + allowed:
+        return "descheduled", why + f"; the worker's CPU time in it was {worker_cpu_ns} ns: it was waiting, not working"
+    return "unexplained", why
 
 
 def systematic_disagreement(flags: list[bool]) -> bool:
@@ -292,6 +299,42 @@ class Clocks:
         except Exception:
             return None
 
+    def contexts(self) -> int | None:
+        """Compute contexts on the device (this stage's own included)."""
+        if self.handle is None:
+            return None
+        try:
+            return len(self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle))
+        except Exception:
+            return None
+
+    def throttle(self) -> list[str] | None:
+        if self.handle is None:
+            return None
+        try:
+            reasons = int(self.nvml.nvmlDeviceGetCurrentClocksEventReasons(self.handle))
+        except Exception:
+            return None
+        return [name for bit, name in BAD_THROTTLE.items() if reasons & bit]
+
+
+def host_cpu_ns() -> int:
+    """Busy CPU time of the whole host (/proc/stat is not namespaced: a container reads the host's)."""
+    with open("/proc/stat") as f:
+        parts = [int(x) for x in f.readline().split()[1:]]
+    idle = parts[3] + (parts[4] if len(parts) > 4 else 0)
+    return (sum(parts[:8]) - idle) * (1_000_000_000 // os.sysconf("SC_CLK_TCK"))
+
+
+def foreign_cores(host_busy_ns: int, own_ns: int, wall_ns: int) -> float:
+    """Cores other processes kept busy during a block: the host's busy time less this stage's own.
+
+    /proc/stat counts in clock ticks (10 ms), so a single short block reads coarse; the per-sample
+    figures serve the balance test between the arms (runner/workflow/decide.py), which pools them."""
+    if wall_ns <= 0:
+        return 0.0
+    return max(0.0, (host_busy_ns - own_ns) / wall_ns)
+
 
 @dataclass
 class SeriesState:
@@ -306,6 +349,10 @@ class SeriesState:
     post: list[int] = field(default_factory=list)  # CPU ns of the fetch or drop after each block
     post_kind: list[str] = field(default_factory=list)
     unexplained: list[bool] = field(default_factory=list)
+    descheduled: int = 0
+    foreign_cpu: list[float] = field(default_factory=list)
+    foreign_ctx: list[int | None] = field(default_factory=list)
+    throttle: list[list[str] | None] = field(default_factory=list)
     checks: int = 0
     checked: list[int] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
@@ -444,19 +491,28 @@ class Supervisor:
         u0 = self.activate(item.subject)
         busy = self.probe.busy() if self.probe is not None else ""
         sm0 = self.clocks.sm()
+        h0, p0 = host_cpu_ns(), time.process_time_ns()
         cmd = Run(case=item.case, params=self.cases[item.case].params, rep=item.rep, seed=seed, inputs=inputs_dir,
                   runs=self.req.runs_per_sample, mode=self.req.timing_mode)
         t0 = time.perf_counter_ns()
         reply = w.call(cmd, self.req.command_timeout_s)
         bracket = time.perf_counter_ns() - t0
         u1 = self.freeze_all()  # at once: work the subject left running stops here
+        h1, p1 = host_cpu_ns(), time.process_time_ns()
         sm1 = self.clocks.sm()
+        own = sum(u1.get(s, 0) - u0.get(s, 0) for s in self.workers) + (p1 - p0)
+        st_load = (foreign_cores(h1 - h0, own, bracket), self.clocks.contexts(), self.clocks.throttle())
         if not reply.ok or reply.t_ns is None:
             raise SupervisorError("subject_failed", f"subject {item.subject} failed on {item.case} rep {item.rep}: "
                                   f"{reply.error}")
         after = self.probe.busy() if self.probe is not None else ""
         st = self.per.setdefault(key, SeriesState())
         self.record(st, item, w, reply, bracket, u0, u1, busy or (after and f"after the window: {after}"), [sm0, sm1])
+        cpu, ctx, thr = st_load
+        st.foreign_cpu.append(round(cpu, 3))
+        # the stage's own contexts: the supervisor's and one per worker
+        st.foreign_ctx.append(None if ctx is None else max(0, ctx - 1 - len(self.workers)))
+        st.throttle.append(thr)
         # Checked or released, the worker's CPU time in this untimed command is measured: work a
         # subject deferred past its window would have to run here (see post_cpu_checks).
         self.activate(item.subject)
@@ -477,11 +533,14 @@ class Supervisor:
         assert reply.t_ns is not None
         where = f"{item.subject}/{item.case}/rep {item.rep}"
         idle = sum(max(0, u1.get(s, 0) - u0.get(s, 0)) for s in self.workers if s != item.subject)
-        kind, why = check_bracket(reply.t_ns, reply.stage_ns or 0, bracket, w.rtt_ns)
+        worker_cpu = u1.get(item.subject, 0) - u0.get(item.subject, 0)
+        kind, why = check_bracket(reply.t_ns, reply.stage_ns or 0, bracket, w.rtt_ns, worker_cpu)
         if kind == "impossible":
             self.integrity.append(f"{where}: {why}")
         st.unexplained.append(kind == "unexplained")
-        void = void or why
+        st.descheduled += kind == "descheduled"
+        if kind == "unexplained":
+            void = void or why
         if idle > 0:
             self.integrity.append(f"{where}: frozen worker(s) used {idle} ns of CPU during this block")
         st.reps.append(item.rep)
@@ -598,7 +657,9 @@ class Supervisor:
             out.append(Series(subject=subject, case=case_id, reps=st.reps, samples=samples, wall_ns=st.bracket,
                               stream_ns=st.stream if self.req.device == "cuda" else [], sm_mhz=st.sm, accuracy=acc,
                               bracket_ns=st.bracket, stage_ns=st.stage, idle_cpu_ns=st.idle, void=st.void,
-                              post_cpu_ns=st.post,
+                              post_cpu_ns=st.post, foreign_cpu_cores=st.foreign_cpu,
+                              foreign_gpu_contexts=st.foreign_ctx if self.req.device == "cuda" else [],
+                              throttle=st.throttle if self.req.device == "cuda" else [],
                               runs=self.req.runs_per_sample, timing_mode=self.req.timing_mode))
         return out
 
@@ -607,11 +668,18 @@ def supervise(req: DriverRequest, make_inputs: Callable[..., Any], reference: Ca
               extra: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]], input_seed: Callable[..., int],
               units: dict[str, str], environment: dict[str, str], timing: str) -> DriverResult:
     sup = Supervisor(req, make_inputs, reference, extra, input_seed)
+    t0 = time.monotonic()
     try:
         calibration = sup.start()
+        t1 = time.monotonic()
         for item in req.schedule:
             sup.timed(item)
             sup.forget(item)
+        # what the boundary costs: the fixed start (workers' hello, calibration) and the loop's wall
+        # beside the time inside the workers' windows (benchmarks/boundary_cost.py)
+        calibration["setup_s"] = round(t1 - t0, 4)
+        calibration["loop_s"] = round(time.monotonic() - t1, 4)
+        calibration["blocks"] = len(req.schedule)
         sup.pair_checks()
         sup.systematic_checks()
     finally:

@@ -26,6 +26,9 @@ class Backend:
     def sync(self) -> None:
         return None
 
+    def flush_l2(self) -> None:
+        return None
+
     def time_block(self, fn: Callable[[], Any], runs: int, mode: str) -> tuple[Any, int, int | None]:
         """(last run's output, the block's time in ns, the launching stream's time where known)."""
         out = None
@@ -46,16 +49,11 @@ class DeviceEvents(Backend):
     record: Callable[[Any], Any]
     elapsed_ms: Callable[[Any, Any], float]
 
-    def flush_l2(self) -> None:
-        return None
-
     def sync(self) -> None:
         self.synchronize()
 
     def time_block(self, fn: Callable[[], Any], runs: int, mode: str) -> tuple[Any, int, int | None]:
         start, returned, end = self.new_event(), self.new_event(), self.new_event()
-        if mode == "cold":
-            self.flush_l2()
         self.synchronize()
         out = None
         self.record(start)

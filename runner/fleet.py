@@ -68,6 +68,7 @@ from .locks import FileLock, LockTimeout
 from .models import Closed, ObjectRef
 from .records import InvocationResult
 from .store import Store, check_id, new_id, write_new, write_replace
+from .workers import WorkerLaunch
 
 SCRATCH_ENV = "CKO_FLEET_SCRATCH"
 SLOT = "cko_slot"  # the custom resource CPU invocations take, one each
@@ -217,14 +218,32 @@ def _pack_path(source: str, blobs: dict[str, bytes], budget: list[int]) -> dict[
     return {"kind": "dir", "files": files, "dirs": dirs}
 
 
+def _mounts_to_wire(mounts: list[sandbox.Mount], ship: Ship, blobs: dict[str, bytes],
+                    budget: list[int]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for m in mounts:
+        if ship == "auto" and m.read_only:
+            out.append({"target": m.target, "read_only": True, "shipped": _pack_path(m.source, blobs, budget)})
+        else:
+            if not Path(m.source).is_absolute():
+                raise bad_request(
+                    f"mount {m.source}: a mount that is not shipped names a path on the node; give it absolute",
+                    field="mount",
+                )
+            out.append({"target": m.target, "read_only": m.read_only, "source": m.source})
+    return out
+
+
 def plan_to_wire(plan: Plan, ship: Ship = "auto") -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The Plan as plain data, and the bytes of the inputs that travel with it (by sha256)."""
+    """The Plan as plain data, and the bytes of the inputs that travel with it (by sha256).
+
+    A measuring stage's workers travel too, each with its own mounts (shipped like the Plan's)."""
     if ship not in ("auto", "none"):
         raise bad_request(f"ship: {ship!r} is not auto or none", field="ship")
     fields = {
         f.name: getattr(plan, f.name)
         for f in dataclasses.fields(plan)
-        if f.name not in ("mounts", "policy_path")
+        if f.name not in ("mounts", "policy_path", "workers")
     }
     try:
         fields = json.loads(json.dumps(fields))
@@ -232,20 +251,11 @@ def plan_to_wire(plan: Plan, ship: Ship = "auto") -> tuple[dict[str, Any], dict[
         raise bad_request(f"plan: not plain data, it cannot travel to a node ({exc})", field="plan") from None
     blobs: dict[str, bytes] = {}
     budget = [0]
-    mounts: list[dict[str, Any]] = []
-    for m in plan.mounts:
-        if ship == "auto" and m.read_only:
-            mounts.append(
-                {"target": m.target, "read_only": True, "shipped": _pack_path(m.source, blobs, budget)}
-            )
-        else:
-            if not Path(m.source).is_absolute():
-                raise bad_request(
-                    f"mount {m.source}: a mount that is not shipped names a path on the node; give it absolute",
-                    field="mount",
-                )
-            mounts.append({"target": m.target, "read_only": m.read_only, "source": m.source})
-    return {"plan": fields, "mounts": mounts}, blobs
+    mounts = _mounts_to_wire(plan.mounts, ship, blobs, budget)
+    workers = [{"subject": w.subject, "uid": w.uid, "command": list(w.command), "env": dict(w.env),
+                "workdir": w.workdir, "mounts": _mounts_to_wire(w.mounts, ship, blobs, budget)}
+               for w in plan.workers]
+    return {"plan": fields, "mounts": mounts, "workers": workers}, blobs
 
 
 def _write_blob(path: Path, blobs: Mapping[str, bytes], digest: str, mode: int) -> None:
@@ -256,11 +266,26 @@ def _write_blob(path: Path, blobs: Mapping[str, bytes], digest: str, mode: int) 
     path.chmod(mode)
 
 
-def plan_from_wire(wire: Mapping[str, Any], blobs: Mapping[str, bytes], dest: Path) -> Plan:
-    """Rebuild the Plan on a node: shipped inputs are written (read-only, verified) under dest."""
-    plan = Plan(**wire["plan"])
+def _unpack_dir(shipped: Mapping[str, Any], blobs: Mapping[str, bytes], source: Path) -> None:
+    source.mkdir()
+    for d in shipped["dirs"]:
+        if Path(d).is_absolute() or ".." in Path(d).parts:
+            raise failed(f"shipped input: bad path {d!r}", code="ship_corrupt")
+        (source / d).mkdir(parents=True, exist_ok=True)
+    for f in shipped["files"]:
+        rel = Path(str(f["path"]))
+        if rel.is_absolute() or ".." in rel.parts:
+            raise failed(f"shipped input: bad path {rel}", code="ship_corrupt")
+        (source / rel).parent.mkdir(parents=True, exist_ok=True)
+        _write_blob(source / rel, blobs, f["sha256"], int(f["mode"]))
+    for d in sorted((p for p in source.rglob("*") if p.is_dir()), reverse=True):
+        d.chmod(0o555)
+    source.chmod(0o555)
+
+
+def _mounts_from_wire(wire: list[Mapping[str, Any]], blobs: Mapping[str, bytes], dest: Path) -> list[sandbox.Mount]:
     mounts: list[sandbox.Mount] = []
-    for i, m in enumerate(wire["mounts"]):
+    for i, m in enumerate(wire):
         shipped = m.get("shipped")
         if shipped is None:
             mounts.append(sandbox.Mount(str(m["source"]), str(m["target"]), read_only=bool(m["read_only"])))
@@ -274,22 +299,19 @@ def plan_from_wire(wire: Mapping[str, Any], blobs: Mapping[str, bytes], dest: Pa
             source = root / name
         else:
             source = root / "d"
-            source.mkdir()
-            for d in shipped["dirs"]:
-                if Path(d).is_absolute() or ".." in Path(d).parts:
-                    raise failed(f"shipped input: bad path {d!r}", code="ship_corrupt")
-                (source / d).mkdir(parents=True, exist_ok=True)
-            for f in shipped["files"]:
-                rel = Path(str(f["path"]))
-                if rel.is_absolute() or ".." in rel.parts:
-                    raise failed(f"shipped input: bad path {rel}", code="ship_corrupt")
-                (source / rel).parent.mkdir(parents=True, exist_ok=True)
-                _write_blob(source / rel, blobs, f["sha256"], int(f["mode"]))
-            for d in sorted((p for p in source.rglob("*") if p.is_dir()), reverse=True):
-                d.chmod(0o555)
-            source.chmod(0o555)
+            _unpack_dir(shipped, blobs, source)
         mounts.append(sandbox.Mount(str(source), str(m["target"]), read_only=True))
-    plan.mounts = mounts
+    return mounts
+
+
+def plan_from_wire(wire: Mapping[str, Any], blobs: Mapping[str, bytes], dest: Path) -> Plan:
+    """Rebuild the Plan on a node: shipped inputs are written (read-only, verified) under dest."""
+    plan = Plan(**wire["plan"])
+    plan.mounts = _mounts_from_wire(list(wire["mounts"]), blobs, dest)
+    plan.workers = [WorkerLaunch(subject=str(w["subject"]), uid=int(w["uid"]), command=[str(c) for c in w["command"]],
+                                 env={str(k): str(v) for k, v in dict(w["env"]).items()}, workdir=str(w["workdir"]),
+                                 mounts=_mounts_from_wire(list(w["mounts"]), blobs, dest / f"w{i}"))
+                    for i, w in enumerate(wire.get("workers") or [])]
     return plan
 
 

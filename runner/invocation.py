@@ -436,11 +436,22 @@ def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = N
     return outcome
 
 
+def ctl_directory(inv_id: str) -> Path:
+    """A short, private directory for the freezer socket: a Unix socket's path must stay under 108
+    bytes, which a store's scratch path (a pytest tmp dir, a fleet node's scratch) can pass."""
+    import tempfile
+
+    root = Path("/run/cko/ctl") if os.geteuid() == 0 else Path(tempfile.gettempdir())
+    if os.geteuid() == 0:
+        root.mkdir(mode=0o755, parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{inv_id[-8:]}-", dir=root))
+
+
 def _stage_workers(store: Store, inv_id: str, plan: Plan, spec: sandbox.ContainerSpec, user: str) -> StageWorkers:
     """The supervisor's container becomes the stage's meeting place; the controller's freezer
     service gets a socket that only the supervisor's container mounts."""
     sup_uid = int(user.partition(":")[0])
-    ctl = FreezerService(store.root / "scratch" / inv_id / "ctl", owner_uid=sup_uid)
+    ctl = FreezerService(ctl_directory(inv_id), owner_uid=sup_uid)
     spec.mounts.append(sandbox.Mount(str(ctl.directory), "/cko/ctl", read_only=True))
     spec.ipc_mode = "shareable"
     spec.shm_bytes = spec.limits.tmpfs_bytes

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -138,6 +139,7 @@ class FreezerService:
             self.srv.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self.srv.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 class StageWorkers:

@@ -68,8 +68,10 @@ def measured(store, doc: dict) -> dict:
     return json.loads((store / "objects" / "sha256" / out["sha256"][:2] / out["sha256"]).read_text())["driver_result"]
 
 
-def test_probe_rewrite_leaves_the_recorded_identity_alone(target: dict) -> None:
-    _, doc = run_candidate(target, ADV / "probe_rewrite", "probe_rewrite-identity")
+def test_probe_rewrite_leaves_the_recorded_identity_alone(target: dict, tmp_path) -> None:
+    # a snapshot of its own: the parametrized test already ran the formal target stage of the original one
+    (tmp_path / "kernel.py").write_text((ADV / "probe_rewrite" / "kernel.py").read_text() + "\n# identity run\n")
+    _, doc = run_candidate(target, tmp_path, "probe_rewrite-identity")
     exp = json.loads((target["store"] / "experiments" / f"{doc['experiment']['id']}.json").read_text())
     inv = json.loads((target["store"] / "invocations" / exp["invocation"]["id"] / "result.json").read_text())
     tools = inv["identity"]["tools"]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from operations import codec
-from operations.supervisor import (check_bracket, check_post_cpu, check_staging, systematic_disagreement)
+from operations.supervisor import check_bracket, check_post_cpu, check_staging, systematic_disagreement
 
 MS = 1_000_000
 
@@ -31,6 +31,15 @@ def test_bracket_refuses_a_claim_longer_than_the_supervisor_saw() -> None:
 def test_bracket_flags_a_clock_slowed_tenfold() -> None:
     kind, why = check_bracket(1 * MS, 100_000, 10 * MS, rtt_ns=80_000)
     assert kind == "unexplained" and "more than the worker's window" in why
+
+
+def test_bracket_excuses_a_worker_that_waited_for_a_core() -> None:
+    """On a loaded host the bracket can outgrow the claims while the worker sat descheduled: its cgroup's
+    CPU time shows it was not working, so the sample stands."""
+    kind, _ = check_bracket(10 * MS, 500_000, 16 * MS, rtt_ns=80_000, worker_cpu_ns=10 * MS + 600_000)
+    assert kind == "descheduled"
+    # a slowed clock: the worker was on a CPU for the whole bracket
+    assert check_bracket(1 * MS, 100_000, 10 * MS, rtt_ns=80_000, worker_cpu_ns=9_800_000)[0] == "unexplained"
 
 
 def test_bracket_rejects_a_non_positive_time() -> None:

@@ -132,7 +132,8 @@ def test_screen_target_select_audit(loop: dict) -> None:
     code, target = _experiment(loop, vid, "target")
     assert code == 0
     case = target["cases"][0]
-    assert case["pairs"] == 16
+    # 16 pairs measured; the supervisor may void a few blocks on a busy host (counted as excluded)
+    assert case["pairs"] + case["excluded"] == 16 and case["pairs"] >= 12, case
     assert case["effect_pct"] > 0
     # The example's gain is real but modest: two shared cores may not resolve it. Either way the
     # stage decided, and select follows the stage outcome (the 25x cases in test_verdict_rules.py

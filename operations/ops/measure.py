@@ -131,8 +131,9 @@ def measure(plan: MeasurePlan, out: Path, work: Path) -> dict[str, Any]:
         return doc
     errs = validate_result(plan.request, res)
     doc["contract_errors"] = [e.model_dump() for e in errs]
-    if errs:
+    if errs:  # a result that breaks the contract (non-finite samples ...) is reported, not passed on
         doc["failure"] = errs[0].model_dump() | {"all": [e.model_dump() for e in errs]}
+        return doc
     doc["driver_result"] = res.model_dump(mode="json")
     return doc
 

@@ -55,6 +55,24 @@ def test_loop_on_gpu_example(example: str, store: Path) -> None:
     assert ver.code == 0 and ver.json["ok"] is True, ver.stdout[-2000:]
 
 
+@pytest.mark.parametrize("variant", ["variant.json", "variant-compile.json"])
+def test_triton_and_torch_compile_candidates_reach_a_target_verdict(variant: str, tmp_path: Path) -> None:
+    """Each candidate in its own warm worker: Triton's JIT and Inductor's compile happen in the warm-up,
+    their idle helper threads are frozen between windows, and the target stage decides."""
+    ex = ROOT / "examples" / "torch-layernorm"
+    store = tmp_path / "store"
+    r = run_cko("readiness", "--request", str(ex / "readiness.json"), "--json", store=store, timeout=900)
+    assert r.code == 0, r.stdout
+    tgt = r.json["target"]["id"]
+    v = run_cko("variant", "--request", str(ex / variant), "--target", tgt, "--json", store=store)
+    assert v.code == 0, v.stdout
+    t = run_cko("experiment", "--request", str(ex / "target.json"), "--target", tgt, "--variant",
+                v.json["variant"]["id"], "--json", store=store, timeout=900)
+    assert t.code == 0, t.stdout[-3000:]
+    assert t.json["stage_outcome"] == "accepted", json.dumps(t.json)[:3000]
+    assert t.json["cases"][0]["effect_pct"] > 50
+
+
 def test_ncu_collect_on_the_cuda_example(store: Path, tmp_path: Path) -> None:
     """`cko profile ncu --collect`: the driver under ncu in the sandbox, its CSV parsed into launches."""
     ex = ROOT / "examples" / "cuda-reduce"
@@ -89,14 +107,19 @@ def test_sass_binary_of_the_cuda_candidate(store: Path, tmp_path: Path) -> None:
 
 GPU_ADV = ROOT / "tests" / "adversarial" / "gpu"
 GPU_CANDIDATES = sorted(p.name for p in GPU_ADV.iterdir() if (p / "kernel.py").is_file())
-# What each must end in; a tuple where either defence may fire first. side_stream does the original's work
-# honestly timed (the device-wide synchronise): not voided, just not faster.
+# What each must end in. The subject runs in its own worker (own container, uid, CUDA context), frozen
+# outside its windows; "honest" ones do the original's work with a trick aimed at the harness or the
+# clock that the boundary leaves without effect: an unaccepted comparison of equal code.
+HONEST = ("below_minimum", "inconclusive", "regressed")
 GPU_EXPECTED = {
-    "side_stream": ("below_minimum", "inconclusive", "regressed"),
-    "deferred_thread": ("integrity_violation", "failed_accuracy"),
+    "side_stream": HONEST,  # the worker's window ends with a whole-device synchronise
+    "patched_sync": HONEST,  # the worker's clock bound synchronize before the subject loaded
+    "deferred_thread": ("failed_accuracy", "integrity_violation", "inconclusive"),
+    "queue_flood": ("inconclusive", "integrity_violation"),  # the idle probe voids the blocks
+    "forged_time": ("integrity_violation",),
     "cache_by_ptr": ("failed_accuracy",),
-    "patched_sync": ("integrity_violation",),
-    "patched_tensor_method": ("integrity_violation",),
+    "patched_tensor_method": ("failed_accuracy",),  # the check runs in the supervisor's process
+    "input_overwrite": ("failed_accuracy",),
     "nan_output": ("failed_accuracy",),
     "check_detector": ("failed_accuracy",),
 }

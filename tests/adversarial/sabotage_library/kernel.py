@@ -22,7 +22,7 @@ def _slowed(fn):
 
 for _name in ("exp", "subtract", "max", "amax", "sum", "divide", "true_divide"):
     setattr(np, _name, _slowed(getattr(np, _name)))
-np.ndarray.__module__  # the C methods of ndarray cannot be replaced; the module functions can
+# (the C methods of ndarray cannot be replaced; the module functions can)
 
 
 def softmax(x):
