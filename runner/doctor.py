@@ -23,8 +23,8 @@ def profiler_permission() -> dict[str, Any]:
             if admin_only:
                 return {"readable": False, "admin_only": True,
                         "reason": "counters restricted to admin users (RmProfilingAdminOnly: 1)",
-                        "next_step": "allow_profiler_counters: true in the ops policy (adds CAP_SYS_ADMIN to the "
-                                     "profiling container only), or load nvidia with NVreg_RestrictProfilingToAdminUsers=0"}
+                        "next_step": "load nvidia with NVreg_RestrictProfilingToAdminUsers=0 (cko never adds a "
+                                     "capability: `profile ncu --collect` is refused until then)"}
             return {"readable": True, "admin_only": False}
     return {"readable": None, "reason": "RmProfilingAdminOnly not reported by the driver"}
 
