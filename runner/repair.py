@@ -74,6 +74,15 @@ def _temps(store: Store, actions: list[str]) -> None:
                 actions.append(f"{p.relative_to(store.root)}: interrupted write removed")
 
 
+def _unstarted(store: Store, actions: list[str]) -> None:
+    """An invocation directory with no request.json: its request write failed (a full disk); nothing
+    was committed or run under it."""
+    for d in sorted((store.root / "invocations").iterdir()):
+        if d.is_dir() and not (d / "request.json").exists() and not active_lock(store, d.name).is_held():
+            remove_tree(d)
+            actions.append(f"invocations/{d.name}: never started (no request.json): removed")
+
+
 def _champion(store: Store, actions: list[str]) -> None:
     p = store.champion_path
     current = sha256_bytes(p.read_bytes()) if p.is_file() else None
@@ -118,6 +127,7 @@ def repair(store: Store) -> dict[str, Any]:
         _ledger_tail(store, actions)
         _temps(store, actions)
         _quarantine(store, actions)
+        _unstarted(store, actions)
         _champion(store, actions)
     reaped = reap_orphans(store)
     actions += [f"invocations/{i}: recorded abandoned" for i in reaped]
