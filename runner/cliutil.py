@@ -111,12 +111,13 @@ def handled(f: Callable[..., Outcome]) -> Callable[..., None]:
 
 def load_json_file(path: Path, what: str) -> Any:
     from .errors import bad_request
+    from .hostpath import read_file
 
     try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise bad_request(f"{what}: {path} does not exist", field=what) from None
-    except (OSError, UnicodeDecodeError) as exc:
+        # By descriptor, a regular file only, bounded: a FIFO or /proc path named as a request
+        # never hangs or feeds the controller.
+        text = read_file(path, what, limit=64 << 20).decode()
+    except UnicodeDecodeError as exc:
         raise bad_request(f"{what}: cannot read {path}: {exc}", field=what) from None
     try:
         return json.loads(text)

@@ -9,6 +9,8 @@ from typing import Any
 
 from . import gpu as gpumod
 from . import images as img
+from . import ledger, sandbox
+from . import policy as pol
 from .errors import CkoError
 
 
@@ -23,10 +25,30 @@ def profiler_permission() -> dict[str, Any]:
             if admin_only:
                 return {"readable": False, "admin_only": True,
                         "reason": "counters restricted to admin users (RmProfilingAdminOnly: 1)",
-                        "next_step": "allow_profiler_counters: true in the ops policy (adds CAP_SYS_ADMIN to the "
-                                     "profiling container only), or load nvidia with NVreg_RestrictProfilingToAdminUsers=0"}
+                        "next_step": "load nvidia with NVreg_RestrictProfilingToAdminUsers=0 (cko never adds a "
+                                     "capability: `profile ncu --collect` is refused until then)"}
             return {"readable": True, "admin_only": False}
     return {"readable": None, "reason": "RmProfilingAdminOnly not reported by the driver"}
+
+
+def policy_report() -> dict[str, Any]:
+    """The policy that always applies here (system, narrowed by $CKO_POLICY), its sources, its limits."""
+    try:
+        lp = pol.load(None)
+    except CkoError as err:
+        return {"error": err.message, "code": err.code}
+    p = lp.policy
+    limits = pol.admit_limits(p, None, None, None, None)
+    key_file, head_dir = ledger.key_source()
+    return {"system_policy": lp.system_path or f"none ({pol.SYSTEM_POLICY} absent: built-in defaults)",
+            "system_policy_sha256": lp.system_sha256, "caller_policy": lp.caller_path,
+            "mount_roots": p.mount_roots, "allowed_images": p.allowed_images, "allowed_gpus": p.allowed_gpus,
+            "max_timeout_s": p.max_timeout_s, "default_limits": limits.model_dump(),
+            "max_limits": {"memory": p.max_memory, "pids": p.max_pids, "cpus": p.max_cpus or pol.host_cpus(),
+                           "tmpfs": p.max_tmpfs, "output": p.max_output, "output_files": p.max_output_files,
+                           "log": p.max_log},
+            "ledger_key": key_file or "none (ledger detects damage, not forgery)", "ledger_head_dir": head_dir,
+            "output_area": "size-limited tmpfs" if os.geteuid() == 0 else "plain directory (not root)"}
 
 
 def diagnose() -> dict[str, Any]:
@@ -75,6 +97,12 @@ def diagnose() -> dict[str, Any]:
         report["profiler"] = profiler_permission()
     else:
         report["profiler"] = {"readable": None, "reason": "no GPU"}
+    report["policy"] = policy_report()
+    if report["policy"].get("error"):
+        blockers.append({"what": "system policy", "reason": report["policy"]["error"],
+                         "next_step": "chown root:root and chmod 644 the system policy (and its directory 755)"})
+    if client is not None:
+        report["expired_containers_removed"] = sandbox.reap_expired(client)
     report["tools"] = {t: bool(shutil.which(t)) for t in ("debootstrap", "docker", "nvidia-smi", "ncu", "nvcc")}
     report["euid"] = os.geteuid()
     report["ready"] = not blockers

@@ -1,8 +1,9 @@
 """One run of one operation as an Invocation (DESIGN.md, Flow of one operation).
 
-validate → policy → locks → request.json/events.jsonl → container → collect → result.json.
-Containers never write the store: they write a scratch output directory that the controller
-hashes into objects/ after the container is gone.
+prepare (a Plan) → `policy.admit(plan)` (one check: limits, paths resolved and copied, a frozen
+Admitted plan) → locks → request.json/events.jsonl → container → collect → result.json.
+Containers never write the store: they write a size-limited output area that the controller
+hashes into objects/ after the container is gone (runner/outdir.py).
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,20 +20,19 @@ from typing import Any
 
 from . import gpu as gpumod
 from . import images as img
+from . import outdir, sandbox
 from . import policy as pol
-from . import sandbox
 from .canonical import canonical_bytes, sha256_file
 from .errors import CkoError, Exit, unavailable
+from .hostpath import remove_tree
 from .identity import EngineIdentity, EnvironmentIdentity, ImageIdentity, host_identity
 from .locks import FileLock, gpu_lock
 from .models import ObjectRef
-from .records import InvocationRequest, InvocationResult, LimitsSpec, MountSpec, TerminalState
+from .records import InvocationRequest, InvocationResult, MountSpec, TerminalState
 from .store import Store, new_id, write_new
 from .workers import FreezerService, StageWorkers, WorkerLaunch
 
-META_DIR = ".cko"  # inside the output dir: the probe and checks, not user outputs
-MAX_OUTPUT_BYTES = 2 << 30
-MAX_OUTPUT_FILES = 10000
+META_DIR = outdir.META_DIR  # inside the output dir: the probe and checks, not user outputs
 TAIL_CHARS = 4000
 
 
@@ -57,15 +55,19 @@ class Plan:
     gpu_mode: str | None = None  # None: pick the best usable
     mounts: list[sandbox.Mount] = field(default_factory=list)
     timeout_s: float = 600.0
-    memory: str = "4g"
-    pids: int = 1024
+    # Requested limits; None: the policy's default. policy.admit turns them into one Limits.
+    memory: str | None = None
+    pids: int | None = None
     cpus: float | None = None
-    tmpfs: str = "1g"
+    tmpfs: str | None = None
+    output: str | None = None
+    output_files: int | None = None
+    log: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     label: str = ""
     workdir: str = "/tmp"
     wrap: bool = True  # run through `operations run` (probe + GPU check)
-    counters: bool = False  # profiler counters (the one capability that may be added)
+    counters: bool = False  # profiler counters wanted: refused where the host keeps them to admins (no capability)
     lock_timeout_s: float = 300.0
     stop_grace_s: float = 5.0
     cleanup_timeout_s: float = 30.0
@@ -107,7 +109,7 @@ class Outcome:
 
     def close(self) -> None:
         if self.out_dir is not None:
-            shutil.rmtree(self.out_dir.parent, ignore_errors=True)
+            outdir.release(self.out_dir.parent)
             self.out_dir = None
 
 
@@ -185,54 +187,12 @@ def _gpu_locks(uuids: list[str], timeout: float, label: str) -> Iterator[None]:
         yield
 
 
-def _prepare_out_dir(store: Store, inv_id: str, user: str) -> Path:
-    scratch = store.root / "scratch" / inv_id
-    out = scratch / "out"
-    out.mkdir(parents=True)
-    if os.geteuid() == 0:
-        uid, _, gid = user.partition(":")
-        os.chown(out, int(uid), int(gid or uid))
-    else:
-        os.chmod(out, 0o777)
-    return out
-
-
-def _collect(store: Store, out_dir: Path) -> tuple[list[ObjectRef], dict[str, Any], list[str]]:
-    """Hash regular files under out_dir into objects/. Symlinks and specials are never followed."""
-    refs: list[ObjectRef] = []
-    meta: dict[str, Any] = {}
-    problems: list[str] = []
-    total = 0
-    count = 0
-    for dirpath, dirnames, filenames in os.walk(out_dir, followlinks=False):
-        for name in sorted(filenames):
-            p = Path(dirpath) / name
-            rel = str(p.relative_to(out_dir))
-            st = os.lstat(p)
-            if not stat.S_ISREG(st.st_mode):
-                problems.append(f"{rel}: not a regular file (ignored)")
-                continue
-            count += 1
-            total += st.st_size
-            if count > MAX_OUTPUT_FILES or total > MAX_OUTPUT_BYTES:
-                problems.append(f"output limit exceeded at {rel} ({count} files, {total} bytes): rest ignored")
-                return refs, meta, problems
-            if rel.startswith(META_DIR + "/"):
-                with contextlib.suppress(OSError, ValueError):
-                    meta[rel[len(META_DIR) + 1 :]] = json.loads(p.read_text())
-                continue
-            ref = store.put_file(p)
-            refs.append(ObjectRef(sha256=ref["sha256"], size=ref["size"], name=rel))
-        dirnames[:] = [d for d in dirnames if not (Path(dirpath) / d).is_symlink()]
-    return refs, meta, problems
-
-
 def refuse(store: Store, plan: Plan, err: CkoError, image_id: str | None = None) -> InvocationResult:
     """Record a refused invocation (nothing ran) and return its result."""
     inv_id = new_id("inv")
     d = inv_dir(store, inv_id)
     with claim(store, inv_id):
-        req = _request(plan, inv_id, image_id, [], "none", pol.Policy(), None)
+        req = _refused_request(plan, inv_id, image_id)
         write_new(d / "request.json", canonical_bytes(req))
         Events(d / "events.jsonl")("refused", {"rule": err.field, "reason": err.message})
         res = InvocationResult(id=inv_id, op=plan.op, state="refused", exit_code=int(Exit.REFUSED), reason=err.message,
@@ -242,52 +202,46 @@ def refuse(store: Store, plan: Plan, err: CkoError, image_id: str | None = None)
     return res
 
 
-def _request(plan: Plan, inv_id: str, image_id: str | None, uuids: list[str], mode: str, policy: pol.Policy,
-             policy_path: str | None) -> InvocationRequest:
+def _refused_request(plan: Plan, inv_id: str, image_id: str | None) -> InvocationRequest:
+    """What was asked, as asked (nothing was admitted, nothing ran)."""
+    return InvocationRequest(
+        id=inv_id, op=plan.op, label=plan.label, command=plan.command, image=plan.image, image_id=image_id,
+        gpus=[], mounts=[MountSpec(source=m.source, target=m.target, read_only=m.read_only) for m in plan.mounts],
+        timeout_s=plan.timeout_s if plan.timeout_s > 0 else 0.0,
+        limits=sandbox.default_limits(), user="-", policy_path=plan.policy_path, created_at=now_iso(),
+        controller_pid=os.getpid(), host_id=host_identity().host_id, parent=plan.parent)
+
+
+def _request(adm: pol.Admitted, inv_id: str, image_id: str | None, uuids: list[str], mode: str) -> InvocationRequest:
+    plan, lp = adm.plan, adm.policy
     return InvocationRequest(
         id=inv_id, op=plan.op, label=plan.label, command=plan.command, image=plan.image, image_id=image_id,
         gpu_mode=mode, gpus=uuids,
-        mounts=[MountSpec(source=m.source, target=m.target, read_only=m.read_only) for m in plan.mounts],
-        timeout_s=plan.timeout_s,
-        limits=LimitsSpec(memory_bytes=pol.parse_size(plan.memory, "memory"), pids=plan.pids, cpus=plan.cpus,
-                          tmpfs_bytes=pol.parse_size(plan.tmpfs, "tmpfs")),
-        # Reading GPU counters needs CAP_SYS_ADMIN in the process, which only uid 0 keeps: the one
-        # exception, allowed by the policy's allow_profiler_counters (still no network, read-only root).
-        user="0:0" if plan.counters else pol.container_user(policy), policy_path=policy_path,
-        policy_sha256=sha256_file(policy_path) if policy_path else None,
+        mounts=[MountSpec(source=m.source, target=m.target, read_only=m.read_only) for m in adm.mounts],
+        timeout_s=adm.timeout_s, limits=adm.limits, user=adm.user,
+        policy_path=lp.caller_path, policy_sha256=lp.caller_sha256,
+        system_policy_path=lp.system_path, system_policy_sha256=lp.system_sha256,
         created_at=now_iso(), controller_pid=os.getpid(), host_id=host_identity().host_id, parent=plan.parent,
     )
 
 
 def check_plan(plan: Plan, policy: pol.Policy) -> None:
-    """Validate and apply the policy; raises before anything is written."""
-    pol.check_timeout(policy, plan.timeout_s)
-    mem = pol.parse_size(plan.memory, "memory")
-    pol.parse_size(plan.tmpfs, "tmpfs")
-    if plan.pids < 16:
-        raise CkoError("pids: at least 16", code="bad_request", field="pids")
-    pol.check_limits(policy, mem, plan.pids, plan.cpus)
-    targets = set()
-    for m in plan.mounts:
-        if not m.target.startswith("/") or ".." in Path(m.target).parts:
-            raise CkoError(f"mount target {m.target} must be an absolute path without ..", code="bad_request",
-                           field="mount")
-        if m.target in targets or m.target in ("/", "/tmp", "/opt/cko", "/proc", "/dev", "/sys", "/etc"):
-            raise CkoError(f"mount target {m.target} is reserved or given twice", code="bad_request", field="mount")
-        targets.add(m.target)
-        m.source = str(pol.check_mount(policy, m.source))
-    for w in plan.workers:
-        for m in w.mounts:
-            m.source = str(pol.check_mount(policy, m.source))
-    if plan.counters:
-        pol.check_counters(policy)
+    """Validate and apply the policy without running (the fleet controller's check)."""
+    staging = None
+    try:
+        lp = pol.LoadedPolicy(policy, None, None, plan.policy_path, None)
+        staging = Path(os.environ.get("TMPDIR", "/tmp")) / f"cko-check-{os.getpid()}-{time.monotonic_ns()}"
+        pol.admit(plan, lp, staging=staging)
+    finally:
+        if staging is not None:
+            remove_tree(staging)
 
 
 def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = None,
             keep_outputs: bool = False) -> Outcome:
     """Run one invocation to a terminal state and record it. Refusals are recorded and raised."""
-    policy, policy_path = pol.load_policy(plan.policy_path)
     image_id: str | None = None
+    staging = store.root / "scratch" / new_id("stg")
 
     @contextlib.contextmanager
     def recording_refusals() -> Iterator[None]:
@@ -300,10 +254,18 @@ def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = N
             raise
 
     with recording_refusals():
-        check_plan(plan, policy)
+        adm = pol.admit(plan, staging=staging, owned=(store.root / "scratch",))
+    try:
+        return _execute_admitted(store, adm, staging, progress, keep_outputs, recording_refusals)
+    finally:
+        remove_tree(staging)
+
+
+def _execute_admitted(store: Store, adm: pol.Admitted, staging: Path, progress: Callable[[str], None] | None,
+                      keep_outputs: bool, recording_refusals: Callable[[], Any]) -> Outcome:
+    plan, policy = adm.plan, adm.policy.policy
     client = img.docker_client()
     entry = img.resolve(plan.image, client)
-    image_id = entry.image_id
     with recording_refusals():
         pol.check_image(policy, entry.image_id)
     reap_orphans(store, client)
@@ -322,7 +284,7 @@ def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = N
     inv_id = new_id("inv")
     d = inv_dir(store, inv_id)
     with claim(store, inv_id):
-        req = _request(plan, inv_id, entry.image_id, uuids, mode, policy, policy_path)
+        req = _request(adm, inv_id, entry.image_id, uuids, mode)
         write_new(d / "request.json", canonical_bytes(req))
         request_sha = sha256_file(d / "request.json")
         ev = Events(d / "events.jsonl")
@@ -343,7 +305,10 @@ def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = N
                     devices=[dv for dv in hg.devices if dv.uuid in uuids],
                     host=host_identity(),
                 )
-                out_dir = _prepare_out_dir(store, inv_id, req.user)
+                out_dir, bounded = outdir.make(store.root / "scratch" / inv_id, req.user, adm.limits)
+                if not bounded:
+                    ev("output_unbounded", {"reason": "the controller is not root: /cko/out is a plain directory, "
+                                                      "bounded only when collected"})
                 grant = gpumod.grant(mode, uuids, hg)
                 command = plan.command
                 if plan.wrap:
@@ -351,16 +316,15 @@ def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = N
                                f"/cko/out/{META_DIR}", "--", *plan.command]
                 spec = sandbox.ContainerSpec(
                     image_id=entry.image_id, command=command,
-                    mounts=[*plan.mounts, sandbox.Mount(str(out_dir), "/cko/out", read_only=False)],
-                    env={"CKO_INVOCATION": inv_id, **plan.env}, user=req.user, workdir=plan.workdir,
-                    limits=sandbox.Limits(memory_bytes=req.limits.memory_bytes, pids=plan.pids, cpus=plan.cpus,
-                                          tmpfs_bytes=req.limits.tmpfs_bytes),
+                    mounts=[*(sandbox.Mount(m.source, m.target, m.read_only) for m in adm.mounts),
+                            sandbox.Mount(str(out_dir), "/cko/out", read_only=False)],
+                    env={"CKO_INVOCATION": inv_id, **adm.env}, user=req.user, workdir=plan.workdir,
+                    limits=adm.limits,
                     gpu=grant,
                     labels={f"{sandbox.LABEL}.store": str(store.root), f"{sandbox.LABEL}.invocation": inv_id,
                             f"{sandbox.LABEL}.controller-pid": str(os.getpid()),
                             f"{sandbox.LABEL}.host": identity.host.host_id},
-                    cap_add=["SYS_ADMIN"] if plan.counters else [],
-                    timeout_s=plan.timeout_s, stop_grace_s=plan.stop_grace_s,
+                    timeout_s=adm.timeout_s, stop_grace_s=plan.stop_grace_s,
                     cleanup_timeout_s=plan.cleanup_timeout_s,
                 )
                 companions = None
@@ -393,12 +357,12 @@ def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = N
             with store.writer():
                 _write_result(store, inv_id, res)
             if out_dir is not None:
-                shutil.rmtree(out_dir.parent, ignore_errors=True)
+                outdir.release(out_dir.parent)
             err.detail = {"invocation": inv_id}
             raise
         if companions is not None:
             ev("worker_logs", {k: v[-2000:].decode("utf-8", "replace") for k, v in companions.logs.items()})
-        refs, meta, problems = _collect(store, out_dir)
+        refs, meta, problems = outdir.collect(store, out_dir, adm.limits)
         ev("collected", {"outputs": len(refs), "problems": problems})
         state, code, reason = _terminal(run, meta, d / "cancel")
         with store.writer():
@@ -485,6 +449,8 @@ def reap_orphans(store: Store, client: Any | None = None) -> list[str]:
             client = img.docker_client()
         except CkoError:
             client = None
+    if client is not None:
+        sandbox.reap_expired(client)
     by_inv: dict[str, list[Any]] = {}
     if client is not None:
         for c in sandbox.find_containers(client, str(store.root)):
@@ -512,7 +478,7 @@ def reap_orphans(store: Store, client: Any | None = None) -> list[str]:
             with store.writer():
                 _write_result(store, d.name, res)
             reaped.append(d.name)
-        shutil.rmtree(store.root / "scratch" / d.name, ignore_errors=True)
+        outdir.release(store.root / "scratch" / d.name)
     # Containers of invocations that already ended (or are unknown): remove.
     for inv, containers in by_inv.items():
         if inv and not (inv_root / inv / "result.json").exists() and active_lock(store, inv).is_held():

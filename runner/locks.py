@@ -8,9 +8,11 @@ wait instead.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import signal
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -43,9 +45,13 @@ class FileLock:
 
     def holder(self) -> str | None:
         try:
-            text = self.path.read_text().strip()
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return None
+        try:
+            text = os.read(fd, 512).decode("utf-8", "replace").strip()
+        finally:
+            os.close(fd)
         return text or None
 
     def _acquire(self, fd: int, timeout: float) -> bool:
@@ -78,7 +84,8 @@ class FileLock:
     @contextlib.contextmanager
     def hold(self, timeout: float, what: str, label: str = "") -> Iterator[None]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # O_NOFOLLOW: a link planted where the lock file goes is refused, never truncated through.
+        fd = _open_lock(self.path, os.O_RDWR | os.O_CREAT)
         try:
             if not self._acquire(fd, timeout):
                 raise LockTimeout(what, timeout, self.holder())
@@ -97,7 +104,7 @@ class FileLock:
         """True if some process holds the lock now (probe without waiting)."""
         if not self.path.exists():
             return False
-        fd = os.open(self.path, os.O_RDWR)
+        fd = _open_lock(self.path, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -107,9 +114,45 @@ class FileLock:
         return False
 
 
+def _open_lock(path: Path, flags: int) -> int:
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CkoError(f"lock {path} is a symbolic link: refused (someone planted it)", exit_code=Exit.UNAVAILABLE,
+                           code="lock_unsafe", field="lock") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise CkoError(f"lock {path} is not a regular file: refused", exit_code=Exit.UNAVAILABLE, code="lock_unsafe",
+                       field="lock")
+    return fd
+
+
+def _private_dir(path: Path) -> Path:
+    """Create (0700) or accept a directory only this user owns and no one else may write."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise CkoError(f"lock directory {path} is not a private directory of uid {os.geteuid()} (a link, someone "
+                       "else's, or writable by others): refused", exit_code=Exit.UNAVAILABLE, code="lock_dir_unsafe",
+                       field="lock")
+    return path
+
+
 def gpu_lock_dir() -> Path:
-    """Host-wide GPU locks live outside any store, so two stores can't share a GPU at once."""
-    return Path(os.environ.get("CKO_LOCK_DIR", "/tmp/cko-locks"))
+    """Host-wide GPU locks live outside any store, so two stores can't share a GPU at once.
+
+    Never in world-writable /tmp: /run/cko/locks as root, else a private directory of this user
+    ($XDG_RUNTIME_DIR/cko/locks or ~/.cache/cko/locks). $CKO_LOCK_DIR is taken only when it is
+    such a private directory (tests)."""
+    env = os.environ.get("CKO_LOCK_DIR")
+    if env:
+        return _private_dir(Path(env))
+    if os.geteuid() == 0:
+        return _private_dir(Path("/run/cko/locks"))
+    base = os.environ.get("XDG_RUNTIME_DIR") or str(Path.home() / ".cache")
+    return _private_dir(Path(base) / "cko" / "locks")
 
 
 def gpu_lock(uuid: str) -> FileLock:

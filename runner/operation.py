@@ -6,16 +6,16 @@ Inputs are mounted read-only at /cko/in/<name>; the operation writes /cko/out/re
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import bad_request, failed
+from . import hostpath
+from .errors import failed
 from .invocation import OOM_REASON, Plan, execute
+from .policy import load_policy
 from .sandbox import Mount
-from .store import Store
+from .store import Store, new_id
 
 
 @dataclass
@@ -31,22 +31,23 @@ class OperationResult:
 
 def run_operation(*, store: Store, op: str, args: list[str], inputs: dict[str, Path], image: str = "cpu",
                   gpus: list[str] | None = None, timeout: float = 600.0, label: str = "", counters: bool = False,
-                  extra_mounts: list[Mount] | None = None, memory: str = "4g", parent: dict[str, Any] | None = None,
+                  extra_mounts: list[Mount] | None = None, memory: str | None = None, parent: dict[str, Any] | None = None,
                   policy_path: str | None = None) -> OperationResult:
     if image == "cpu":  # a GPU host built without the cpu image parses in the cuda image instead
         image = os.environ.get("CKO_PARSE_IMAGE", "cpu")
-    staging = Path(tempfile.mkdtemp(prefix="cko-in-"))
+    # cko's own staging, in the store's scratch: the only kind of path a container mounts.
+    staging = store.root / "scratch" / new_id("stg")
+    staging.mkdir(parents=True, mode=0o700)
     try:
         mounts = list(extra_mounts or [])
+        policy, _ = load_policy(policy_path)
         for name, src in inputs.items():
-            src = Path(src)
-            if not src.is_file():
-                raise bad_request(f"{name}: {src} is not a readable file", field=name)
             if "/" in name or name.startswith("."):
                 raise ValueError(f"bad input name {name}")
-            # A private copy: the container sees exactly the bytes we hash, even if the source changes.
+            # A private copy read by descriptor (resolved once, no link followed, within mount_roots, a
+            # regular file): the container sees exactly the bytes we hash, even if the source changes.
             dst = staging / name
-            shutil.copyfile(src, dst)
+            dst.write_bytes(hostpath.read_file(src, name, policy))
             dst.chmod(0o644)
             mounts.append(Mount(str(dst), f"/cko/in/{name}", read_only=True))
         staging.chmod(0o755)
@@ -61,7 +62,7 @@ def run_operation(*, store: Store, op: str, args: list[str], inputs: dict[str, P
                 # Parsing holds the report in memory (a torch trace whole, plus its kept events), so a
                 # report large enough meets the limit: every caller says so, naming the option.
                 raise failed(
-                    f"{op}: the parse was stopped at its memory limit of {memory} (invocation {outcome.id}); "
+                    f"{op}: the parse was stopped at its memory limit of {memory or 'the policy default'} (invocation {outcome.id}); "
                     "a larger --memory, within the policy's max_memory, lets it finish",
                     code="out_of_memory", field="memory")
             return OperationResult(invocation_id=outcome.id,
@@ -72,4 +73,4 @@ def run_operation(*, store: Store, op: str, args: list[str], inputs: dict[str, P
         finally:
             outcome.close()
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        hostpath.remove_tree(staging)

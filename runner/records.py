@@ -18,11 +18,24 @@ class MountSpec(Closed):
     read_only: bool = True
 
 
-class LimitsSpec(Closed):
-    memory_bytes: int
-    pids: int
-    cpus: float | None = None
-    tmpfs_bytes: int
+class Limits(Closed):
+    """The one shape of a container's limits: admitted by the policy, recorded, enforced.
+
+    Every field is always set and positive once admitted (runner/policy.py admit): zero, negative or
+    absent is never "unlimited". The defaults on the output/log fields only let request.json files
+    written before they existed still load."""
+
+    memory_bytes: int = Field(gt=0)
+    pids: int = Field(gt=0)
+    cpus: float | None = Field(default=None, gt=0)  # None only in records older than the default CPU limit
+    tmpfs_bytes: int = Field(gt=0)
+    output_bytes: int = Field(default=0, ge=0)  # /cko/out: a size-limited tmpfs of this many bytes
+    output_files: int = Field(default=0, ge=0)  # ... and this many inodes (files and directories)
+    output_depth: int = Field(default=0, ge=0)  # collection descends no deeper
+    log_bytes: int = Field(default=0, ge=0)  # stdout and stderr kept by cko, each; the engine keeps none
+
+
+LimitsSpec = Limits  # the name older code and records use
 
 
 class InvocationRequest(Closed):
@@ -43,6 +56,8 @@ class InvocationRequest(Closed):
     user: str
     policy_path: str | None = None
     policy_sha256: str | None = None
+    system_policy_path: str | None = None  # the root-owned policy that always applies
+    system_policy_sha256: str | None = None
     created_at: str
     controller_pid: int
     host_id: str

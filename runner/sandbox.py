@@ -1,10 +1,12 @@
 """The sandbox: one container per invocation, through the Docker SDK.
 
 Every container gets: the image by id, `--network none`, a read-only root, a tmpfs /tmp,
-cap-drop ALL, no-new-privileges, a non-root user, memory/CPU/pids limits, an init process (so
-a workload that ignores SIGTERM is still reaped), and only the mounts the operation needs.
-Containers carry labels naming the store, the invocation and the controller, so an orphan left
-by a killed controller can be found and removed by the next cko command.
+cap-drop ALL (and never a capability added), no-new-privileges, a non-root user, memory, CPU and
+pids limits always set, no engine-kept log (cko's own bounded capture instead), cko's init as PID 1
+(operations/init.py: it reaps, ends TERM-ignoring processes, and ends everything at the deadline
+even when the controller is gone; non-dumpable, so the workload cannot ptrace it), and only the
+mounts the operation needs. Containers carry labels naming the store, the invocation, the
+controller and the deadline, so an orphan is found and removed without the store (`reap_expired`).
 """
 
 from __future__ import annotations
@@ -18,9 +20,14 @@ from typing import Any, Protocol
 
 from .errors import CkoError, Exit, unavailable
 from .gpu import GpuGrant
+from .records import Limits
 
 LABEL = "org.cko"
-OUTPUT_KEEP = 256 * 1024  # bytes of stdout/stderr kept from the head and from the tail
+OUTPUT_KEEP = 256 * 1024  # bytes of stdout/stderr kept from the head and from the tail (when no limit says)
+INIT = ["/opt/cko/bin/python", "-I", "-S", "/opt/cko/src/operations/init.py"]
+# The in-container deadline lies past the controller's own (timeout + stop grace): the controller
+# ends and records a live run first; the init is the backstop for a controller that is gone.
+DEADLINE_MARGIN_S = 10.0
 
 
 @dataclass
@@ -30,12 +37,10 @@ class Mount:
     read_only: bool = True
 
 
-@dataclass
-class Limits:
-    memory_bytes: int = 4 << 30
-    pids: int = 1024
-    cpus: float | None = None
-    tmpfs_bytes: int = 1 << 30
+def default_limits() -> Limits:
+    """Limits for code that builds a spec directly (tests); invocations take theirs from policy.admit."""
+    return Limits(memory_bytes=4 << 30, pids=1024, cpus=1.0, tmpfs_bytes=1 << 30, output_bytes=1 << 30,
+                  output_files=10_000, output_depth=64, log_bytes=2 * OUTPUT_KEEP)
 
 
 @dataclass
@@ -46,10 +51,9 @@ class ContainerSpec:
     env: dict[str, str] = field(default_factory=dict)
     user: str = "65534:65534"
     workdir: str = "/tmp"
-    limits: Limits = field(default_factory=Limits)
+    limits: Limits = field(default_factory=default_limits)
     gpu: GpuGrant | None = None
     labels: dict[str, str] = field(default_factory=dict)
-    cap_add: list[str] = field(default_factory=list)  # only ever SYS_ADMIN for profiler counters
     # A measuring stage: the supervisor's container is "shareable" (its /dev/shm is the stage's
     # meeting place), each worker joins it with "container:<id>"; everything else stays private.
     ipc_mode: str = "private"
@@ -118,6 +122,10 @@ class _Tail:
         return bytes(self.head) + f"\n[... {skipped} bytes cut by cko ...]\n".encode() + bytes(self.tail)
 
 
+def deadline_s(spec: ContainerSpec) -> float:
+    return spec.timeout_s + spec.stop_grace_s + DEADLINE_MARGIN_S
+
+
 def container_kwargs(spec: ContainerSpec) -> dict[str, Any]:
     """The hardening every container gets; the one place it is decided."""
     from docker.types import Mount as DMount
@@ -133,36 +141,45 @@ def container_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         mounts += [DMount(target=c, source=h, type="bind", read_only=True) for h, c in spec.gpu.binds]
     else:
         env.setdefault("NVIDIA_VISIBLE_DEVICES", "void")
+    lim = spec.limits
+    if not (lim.memory_bytes > 0 and lim.pids > 0 and lim.cpus and lim.cpus > 0 and lim.tmpfs_bytes > 0):
+        raise CkoError(f"internal: a container without every limit set ({lim})", exit_code=Exit.FAILED,
+                       code="internal")
+    deadline = deadline_s(spec)
+    labels = {**spec.labels, f"{LABEL}.deadline": f"{time.time() + deadline:.0f}"}
     kwargs: dict[str, Any] = dict(
         image=spec.image_id,
+        # cko's init (PID 1) holds the deadline; Docker's tini is not used (see operations/init.py).
+        entrypoint=[*INIT, "--deadline-s", f"{deadline:g}", "--grace-s", f"{spec.stop_grace_s:g}", "--"],
         command=spec.command,
         user=spec.user,
         working_dir=spec.workdir,
         environment=env,
-        labels=spec.labels,
+        labels=labels,
         network_mode="none",
         read_only=True,
         cap_drop=["ALL"],
-        cap_add=spec.cap_add or None,
         security_opt=["no-new-privileges"],
+        # The engine keeps no log: a flood of stdout never reaches the host's disk. cko attaches before
+        # start and keeps a bounded head and tail itself (_Tail, limits.log_bytes).
+        log_config={"type": "none", "config": {}},
         # mode=1777 explicitly: a tmpfs takes the mode of the directory under it. `exec`: Docker's
         # default noexec stops JIT-built code (Triton kernels, nvcc-built .so) from loading; the
         # root stays read-only, so /tmp is the only place anything can be written or run from.
-        tmpfs={"/tmp": f"rw,exec,nosuid,nodev,mode=1777,size={spec.limits.tmpfs_bytes}"},
-        mem_limit=spec.limits.memory_bytes,
-        memswap_limit=spec.limits.memory_bytes,
-        pids_limit=spec.limits.pids,
+        tmpfs={"/tmp": f"rw,exec,nosuid,nodev,mode=1777,size={lim.tmpfs_bytes}"},
+        mem_limit=lim.memory_bytes,
+        memswap_limit=lim.memory_bytes,
+        pids_limit=lim.pids,
+        nano_cpus=int(lim.cpus * 1e9),
         mounts=mounts,
         devices=devices or None,
         device_requests=device_requests or None,
-        init=True,
+        init=False,
         ipc_mode=spec.ipc_mode,
         detach=True,
         stdin_open=False,
         tty=False,
     )
-    if spec.limits.cpus:
-        kwargs["nano_cpus"] = int(spec.limits.cpus * 1e9)
     if spec.shm_bytes:
         kwargs["shm_size"] = spec.shm_bytes
     if spec.group_add:
@@ -243,14 +260,15 @@ def run(client: Any, spec: ContainerSpec, on_event: Callable[[str, dict[str, Any
     except APIError as exc:
         raise CkoError(f"engine refused the container: {exc.explanation or exc}", exit_code=Exit.UNAVAILABLE,
                        code="container_create_failed") from None
-    out, err = _Tail(), _Tail()
+    keep = max(1, spec.limits.log_bytes // 2) if spec.limits.log_bytes else OUTPUT_KEEP
+    out, err = _Tail(keep), _Tail(keep)
     pump: threading.Thread | None = None
     timed_out = was_cancelled = False
     exit_code: int | None = None
     engine_error = None
     started = time.time()
     try:
-        stream = client.api.attach(container.id, stdout=True, stderr=True, stream=True, logs=True, demux=True)
+        stream = client.api.attach(container.id, stdout=True, stderr=True, stream=True, logs=False, demux=True)
         pump = threading.Thread(target=_pump, args=(stream, out, err), daemon=True)
         pump.start()
         container.start()
@@ -321,4 +339,24 @@ def run(client: Any, spec: ContainerSpec, on_event: Callable[[str, dict[str, Any
 
 def find_containers(client: Any, store_root: str) -> list[Any]:
     return list(client.containers.list(all=True, filters={"label": f"{LABEL}.store={store_root}"}))
+
+
+def reap_expired(client: Any, now: float | None = None, margin_s: float = 5.0) -> list[str]:
+    """Remove every cko container past its deadline label, whatever store it belongs to.
+
+    Needs no store and no controller: the label is the contract. A live controller removes its
+    container before the deadline (the label carries timeout + grace + margin), so anything past
+    it is an orphan (the init has ended its processes already; this frees the engine's record)."""
+    now = time.time() if now is None else now
+    gone = []
+    with contextlib.suppress(Exception):
+        for c in client.containers.list(all=True, filters={"label": f"{LABEL}.deadline"}):
+            try:
+                deadline = float(c.labels.get(f"{LABEL}.deadline", "inf"))
+            except ValueError:
+                continue
+            if deadline + margin_s < now:
+                remove_container(client, c.id, grace=1, bound=20)
+                gone.append(c.id[:12])
+    return gone
 

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from . import ledger
 from .canonical import canonical_bytes, sha256_bytes, sha256_file
 from .errors import CkoError, Exit, bad_request, failed
 from .locks import FileLock
@@ -112,25 +112,25 @@ class Store:
         return self.root / "ledger.jsonl"
 
     def commit_file(self, path: Path, data: bytes) -> str:
-        """Write an immutable record file and append it to the ledger; returns its sha256."""
+        """Write an immutable record file and append it to the ledger; returns its sha256.
+
+        A record is committed when its ledger line is: the file is written first (temp, fsync,
+        link), then the line (append, fsync). A failure of the append (a full disk) truncates the
+        ledger back and removes the file, so nothing half-committed is left; a crash between the
+        two leaves a file with no line, which `cko repair` quarantines (it was never committed)."""
         write_new(path, data)
         digest = sha256_bytes(data)
         rel = str(path.relative_to(self.root))
-        with self._ledger_lock.hold(timeout=30, what="store ledger"):
-            prev = "0" * 64
-            if self.ledger_path.exists():
-                lines = self.ledger_path.read_bytes().splitlines()
-                if lines:
-                    prev = sha256_bytes(lines[-1])
-            line = json.dumps({"path": rel, "sha256": digest, "prev": prev}, sort_keys=True,
-                              separators=(",", ":")).encode()
-            with open(self.ledger_path, "ab") as f:
-                f.write(line + b"\n")
-                f.flush()
-                os.fsync(f.fileno())
+        try:
+            with self._ledger_lock.hold(timeout=30, what="store ledger"):
+                ledger.append(self, rel, digest)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
         return digest
 
-    def ledger(self) -> list[dict[str, str]]:
+    def ledger(self) -> list[dict[str, Any]]:
         if not self.ledger_path.exists():
             return []
         return [json.loads(x) for x in self.ledger_path.read_bytes().splitlines() if x.strip()]
@@ -156,25 +156,20 @@ class Store:
                 pass  # written concurrently with the same content: same digest, same bytes
         return {"sha256": digest, "size": len(data)}
 
-    def put_file(self, src: str | Path) -> dict[str, Any]:
-        src = Path(src)
-        digest = sha256_file(src)
-        path = self.object_path(digest)
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            os.close(fd)
-            try:
-                shutil.copyfile(src, tmp)
-                with open(tmp, "rb") as f:
-                    os.fsync(f.fileno())
-                if sha256_file(tmp) != digest:
-                    raise failed(f"{src} changed while it was being stored", code="changed_during_copy")
-                with contextlib.suppress(FileExistsError):
-                    os.link(tmp, path)
-            finally:
-                os.unlink(tmp)
-        return {"sha256": digest, "size": path.stat().st_size}
+    def put_file(self, src: str | Path, field: str = "path") -> dict[str, Any]:
+        """Store a host file: resolved once, no link followed, within the policy's mount_roots
+        (system policy narrowed by $CKO_POLICY), a regular single-named file, read by descriptor."""
+        from . import hostpath
+        from .policy import load_policy
+
+        policy, _ = load_policy(None)
+        return self.put_bytes(hostpath.read_file(src, field, policy))
+
+    def put_fd(self, fd: int) -> dict[str, Any]:
+        """Store what an open descriptor holds (collection reads by descriptor, never by path)."""
+        from .hostpath import read_all
+
+        return self.put_bytes(read_all(fd, 1 << 40, "output", "output"))
 
     def put_json(self, obj: Any) -> dict[str, Any]:
         return self.put_bytes(canonical_bytes(obj))

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from . import ledger
 from .canonical import sha256_bytes, sha256_file
 from .store import RECORD_KINDS, Store
 
@@ -94,6 +95,12 @@ def verify_store(store: Store) -> dict[str, Any]:
         elif sha256_file(fp) != entry.get("sha256"):
             bad(rel, "altered: does not match its ledger entry")
     checked["ledger_entries"] = len(raw_lines)
+    if raw_lines and not store.ledger_path.read_bytes().endswith(b"\n"):
+        bad("ledger.jsonl", "the last line is partial (a crash or a full disk): `cko repair` drops it")
+    for text in ledger.verify_keyed(store, raw_lines):
+        bad("ledger.jsonl", text)
+    for text in champion_problems(store):
+        bad("champion/current.json", text)
     for p, _ in docs:
         rel = str(p.relative_to(store.root))
         if p.parent != store.root / "champion" and rel not in ledgered:  # request.json is covered by result.json
@@ -133,3 +140,36 @@ def verify_store(store: Store) -> dict[str, Any]:
 
     problems += recheck_store(store)
     return {"ok": not problems, "problems": problems, "checked": checked, "store": str(store.root)}
+
+
+def champion_problems(store: Store) -> list[str]:
+    """The pointer must repeat the newest selection of its Target, field for field."""
+    p = store.champion_path
+    if not p.is_file():
+        return []
+    try:
+        ptr = json.loads(p.read_bytes())
+        sel_ref = ptr["selection"]
+        sel_path = ref_path(store, str(sel_ref["id"]))
+        sel = json.loads(sel_path.read_bytes()) if sel_path and sel_path.is_file() else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return ["not a champion pointer"]
+    if sel is None:
+        return [f"points at selection {sel_ref.get('id')}, which is not in the store"]
+    out = []
+    for k in ("target", "variant", "snapshot"):
+        if ptr.get(k) != sel.get(k):
+            out.append(f"{k} differs from its selection {sel_ref['id']}: the pointer was edited")
+    newest = None
+    for line in store.ledger():
+        path = str(line.get("path", ""))
+        if path.startswith("champion/selections/"):
+            try:
+                doc = json.loads((store.root / path).read_bytes())
+            except (OSError, ValueError):
+                continue
+            if doc.get("target") == ptr.get("target"):
+                newest = doc.get("id")
+    if newest is not None and newest != sel_ref["id"]:
+        out.append(f"points at selection {sel_ref['id']} but the newest selection of its target is {newest}")
+    return out

@@ -159,7 +159,7 @@ def test_freezer_stops_a_containers_whole_tree_detached_children_included() -> N
     client = images.docker_client()
     spec = sandbox.ContainerSpec(image_id=images.resolve("cpu", client).image_id,
                                  command=["/opt/cko/bin/python", "-c", BURN_WITH_DETACHED_CHILD],
-                                 limits=sandbox.Limits(memory_bytes=256 << 20, pids=64, cpus=1.0),
+                                 limits=sandbox.default_limits().model_copy(update={"memory_bytes": 256 << 20, "pids": 64}),
                                  labels={f"{sandbox.LABEL}.test": "freezer"})
     c = client.containers.create(**sandbox.container_kwargs(spec))
     try:

@@ -31,6 +31,8 @@ COMMANDS: dict[str, str] = {
     "status": "store_cmd",
     "cancel": "store_cmd",
     "verify": "store_cmd",
+    "repair": "store_cmd",
+    "reap": "store_cmd",
     "schema": "store_cmd",
     "fleet": "fleet_cmd",
 }

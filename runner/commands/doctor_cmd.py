@@ -42,6 +42,12 @@ def doctor_cmd(store: Path, as_json: bool) -> Outcome:
     prof = rep["profiler"]
     t.add_row("profiler counters", {True: "readable", False: "restricted", None: "-"}[prof.get("readable")],
               prof.get("reason") or "")
+    pr = rep.get("policy") or {}
+    t.add_row("policy", "BLOCKED" if pr.get("error") else "ok",
+              pr.get("error") or f"system: {pr.get('system_policy')}; caller: {pr.get('caller_policy') or '-'}; "
+                                 f"mount_roots: {pr.get('mount_roots') or 'any (except never-allowed)'}")
+    if not pr.get("error"):
+        t.add_row("ledger key", "keyed" if pr.get("ledger_head_dir") else "-", str(pr.get("ledger_key")))
     parts: list = [t]
     if rep["blockers"]:
         b = Table("blocker", "reason", "cheapest next step", title="blockers")

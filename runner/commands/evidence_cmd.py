@@ -310,7 +310,7 @@ def profile_ncu(
     """Nsight Compute CSV: per launch name, grid, block, duration, throughputs, occupancy, registers, memory.
 
     With --collect, the Target's driver runs under `ncu --clock-control none` in the cuda image
-    (the policy must allow_profiler_counters) and the report it writes is parsed."""
+    (as the non-root container user: no capability is added; refused where the host keeps counters to admins) and the report it writes is parsed."""
     if collect:
         from ..workflow.collect import collect_ncu, load
 

@@ -54,9 +54,9 @@ def invocation_table(res: dict) -> Table:
               help="GPU passthrough mode (default: the best usable, see `cko doctor`).")
 @click.option("--timeout", "timeout", type=float, default=600.0, show_default=True, help="Seconds before stop/kill.")
 @click.option("--mount", "mounts", multiple=True, help="SRC:DST[:ro|rw] (default ro). Repeatable.")
-@click.option("--memory", default="4g", show_default=True, help="Memory limit (e.g. 512m, 4g).")
-@click.option("--pids", default=1024, show_default=True, type=int, help="Process limit.")
-@click.option("--cpus", type=float, help="CPU limit (cores).")
+@click.option("--memory", default=None, help="Memory limit (e.g. 512m, 4g); default: the policy's default_memory.")
+@click.option("--pids", default=None, type=int, help="Process limit; default: the policy's default_pids.")
+@click.option("--cpus", type=float, help="CPU limit (cores); default: the policy's default_cpus (always set).")
 @click.option("--workdir", default="/tmp", show_default=True, help="Working directory inside the container.")
 @click.option("--policy", "policy", type=click.Path(path_type=Path), help="Ops policy YAML (default $CKO_POLICY).")
 @fleet_options
@@ -64,7 +64,7 @@ def invocation_table(res: dict) -> Table:
 @common
 @handled
 def exec_cmd(store: Path, as_json: bool, image: str, gpus: str | None, gpu_mode: str | None, timeout: float,
-             mounts: tuple[str, ...], memory: str, pids: int, cpus: float | None, workdir: str,
+             mounts: tuple[str, ...], memory: str | None, pids: int | None, cpus: float | None, workdir: str,
              policy: Path | None, fleet: str | None, gpu_model: str | None, cmd: tuple[str, ...]) -> Outcome:
     """Run CMD in the sandbox as a recorded Invocation (builds, compiler runs, probes).
 

@@ -1,4 +1,4 @@
-"""`cko status`, `cko cancel`, `cko verify`, `cko schema`."""
+"""`cko status`, `cko cancel`, `cko verify`, `cko repair`, `cko reap`, `cko schema`."""
 
 from __future__ import annotations
 
@@ -114,6 +114,43 @@ def verify_cmd(store: Path, as_json: bool) -> Outcome:
     return Outcome(doc=rep, human=human, exit_code=Exit.DONE if rep["ok"] else Exit.FAILED)
 
 
+@click.command("repair")
+@common
+@handled
+def repair_cmd(store: Path, as_json: bool) -> Outcome:
+    """Bring a store a crash or a full disk damaged back to verified, losing no committed record.
+
+    Drops a partial ledger line, quarantines records that never got their ledger line, removes
+    interrupted writes and stale output areas, completes a half-done champion swap, records dead
+    invocations as abandoned. Exit 0 when the store then verifies, 1 when damage remains (named)."""
+    from ..repair import repair
+
+    st = Store(store, create=False)
+    rep = repair(st)
+    t = Table("action", title=f"store {st.root}: {len(rep['actions'])} repair(s); verify "
+                              f"{'OK' if rep['ok'] else 'FAILED'}")
+    for a in rep["actions"]:
+        t.add_row(a)
+    for p in rep["verify"]["problems"]:
+        t.add_row(f"[red]left[/]: {p['path']}: {p['problem']}")
+    return Outcome(doc=rep, human=t, exit_code=Exit.DONE if rep["ok"] else Exit.FAILED)
+
+
+@click.command("reap")
+@common
+@handled
+def reap_cmd(store: Path, as_json: bool) -> Outcome:
+    """Remove every cko container past its deadline (any store: needs only the engine), then the
+    store's orphans. Exit 5 when no engine answers."""
+    client = docker_client()
+    gone = sandbox.reap_expired(client)
+    reaped: list[str] = []
+    if Path(store).is_dir():
+        reaped = reap_orphans(Store(store, create=False), client)
+    return Outcome(doc={"expired_containers_removed": gone, "abandoned": reaped},
+                   human=f"{len(gone)} expired container(s) removed; {len(reaped)} invocation(s) recorded abandoned")
+
+
 @click.command("schema")
 @click.argument("name", required=False)
 @common
@@ -126,4 +163,4 @@ def schema_cmd(store: Path, as_json: bool, name: str | None) -> Outcome:
     return Outcome(doc=doc, human=json.dumps(doc, indent=2))
 
 
-commands = [status_cmd, cancel_cmd, verify_cmd, schema_cmd]
+commands = [status_cmd, cancel_cmd, verify_cmd, repair_cmd, reap_cmd, schema_cmd]

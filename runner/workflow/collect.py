@@ -3,8 +3,9 @@
 The driver runs exactly as in a measurement (same harness, same subject snapshot, same protocol),
 wrapped by `ncu --csv --page raw --clock-control none --target-processes all`; the CSV, the ncu
 version and the log come back as objects and the CSV is parsed by the `profile-ncu` operation.
-Counters need the policy's `allow_profiler_counters`; ERR_NVGPUCTRPERM is reported as a
-limitation, never as zero.
+ncu runs as the container's non-root user with no capability. Where the host keeps counters to
+admins (RmProfilingAdminOnly: 1, checked before anything starts; or ncu's ERR_NVGPUCTRPERM) the
+collection is refused with code profiler_counters_restricted and the host-side fix, never zeros.
 """
 
 from __future__ import annotations
@@ -77,7 +78,11 @@ def collect_ncu(store: Store, req: CollectRequest, progress: ops.Progress, polic
         (tmp / "report.csv").write_bytes(csv)
         text = csv.decode("utf-8", "replace")
         if "ERR_NVGPUCTRPERM" in text:
-            doc["limitation"] = "counters_not_permitted"
+            from ..policy import counters_refusal
+
+            err = counters_refusal("ncu reported ERR_NVGPUCTRPERM")
+            err.detail = {"collection": m.invocation.model_dump()}
+            raise err
         from ..operation import run_operation
 
         tools = (m.identity.tools if m.identity else {}) or {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from operations.protocol import AccuracyRule, Case, Metric
 
@@ -112,6 +112,19 @@ class ReadinessRequest(Closed):
     process_timeout_s: float = Field(default=300.0, gt=0, le=86400)
     memory: str = "8g"
     reports: list[str] = Field(default_factory=list, description="diagnostic mode: existing reports to bind")
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: str) -> str:
+        # "0", "-1" or "0b" must never reach a container as "no limit": refused here, exit 2 naming memory.
+        from ..errors import CkoError
+        from ..policy import parse_size
+
+        try:
+            parse_size(v, "memory")
+        except CkoError as err:
+            raise ValueError(err.message) from None
+        return v
 
     @model_validator(mode="after")
     def _mode(self) -> ReadinessRequest:

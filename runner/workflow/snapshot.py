@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import os
-import shutil
-import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import hostpath
 from ..canonical import canonical_bytes, sha256_bytes
-from ..errors import bad_request
+from ..errors import CkoError, bad_request
 from ..models import ObjectRef
 from ..store import Store
 from .records import Snapshot
@@ -25,37 +24,47 @@ def _excluded(rel: str, exclude: list[str]) -> bool:
     return any(rel == e or rel.startswith(e.rstrip("/") + "/") or fnmatch.fnmatch(rel, e) for e in exclude)
 
 
-def scan(root: Path, exclude: list[str], field: str = "workload") -> list[tuple[str, Path, int]]:
-    """(relative path, absolute path, mode) of every regular file; symlinks are refused by name."""
-    if not root.is_dir():
-        raise bad_request(f"{field}: {root} is not a directory", field=field)
+@dataclass(frozen=True)
+class Captured:
+    """A file's bytes as read through the walk's descriptor (never re-opened by path)."""
+
+    data: bytes
+
+
+def scan(root: Path, exclude: list[str], field: str = "workload") -> list[tuple[str, Captured, int]]:
+    """(relative path, its bytes, mode) of every regular file, read once by descriptor.
+
+    The directory is a host path a request names: resolved once without following a swapped link,
+    within the policy's mount_roots, never under /proc, /sys, /dev (runner/hostpath.py). Symbolic
+    links, devices, FIFOs, sockets and hard-linked files are refused by name."""
+    from ..policy import load_policy
+
+    policy, _ = load_policy(None)
+
+    def skip(rel: str, is_dir: bool) -> bool:
+        name = rel.rsplit("/", 1)[-1]
+        if is_dir and name in SKIP_DIRS:
+            return True
+        return _excluded(rel, exclude) or (not is_dir and name.endswith(".pyc"))
+
     out = []
-    total = 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
-        for name in sorted(filenames + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]):
-            p = Path(dirpath) / name
-            rel = p.relative_to(root).as_posix()
-            if _excluded(rel, exclude) or name.endswith(".pyc"):
-                continue
-            st = os.lstat(p)
-            if stat.S_ISLNK(st.st_mode):
-                raise bad_request(f"{field}: {rel} is a symbolic link; snapshots hold regular files only", field=field)
-            if not stat.S_ISREG(st.st_mode):
-                continue
-            total += st.st_size
-            out.append((rel, p, 0o755 if st.st_mode & 0o111 else 0o644))
-            if len(out) > MAX_FILES or total > MAX_BYTES:
-                raise bad_request(f"{field}: more than {MAX_FILES} files or {MAX_BYTES >> 20} MiB", field=field)
-        dirnames[:] = [d for d in dirnames if not (Path(dirpath) / d).is_symlink() and not
-                       _excluded((Path(dirpath) / d).relative_to(root).as_posix(), exclude)]
+    with hostpath.open_dir(root, field, policy) as op:
+        try:
+            for e in hostpath.walk(op, field, skip=skip, max_files=MAX_FILES, max_bytes=MAX_BYTES):
+                data = hostpath.read_all(e.fd, MAX_BYTES, e.rel, field)
+                out.append((e.rel, Captured(data), 0o755 if e.st.st_mode & 0o111 else 0o644))
+        except CkoError as err:
+            if "symbolic link" in err.message:
+                raise bad_request(f"{field}: {err.message.split(': ', 1)[-1]}; snapshots hold regular files only",
+                                  field=field) from None
+            raise
     return out
 
 
-def manifest_of(store: Store, files: list[tuple[str, Path, int]]) -> dict[str, Any]:
+def manifest_of(store: Store, files: list[tuple[str, Captured, int]]) -> dict[str, Any]:
     entries = []
-    for rel, path, mode in files:
-        ref = store.put_file(path)
+    for rel, cap, mode in files:
+        ref = store.put_bytes(cap.data)
         entries.append({"path": rel, "sha256": ref["sha256"], "size": ref["size"], "mode": mode})
     return {"kind": "cko/snapshot-v1", "files": entries}
 
@@ -111,9 +120,4 @@ def materialize(store: Store, snap: Snapshot, dest: Path, leave_out: list[str] |
 
 
 def remove_tree(path: Path) -> None:
-    if not path.exists():
-        return
-    for d in [path, *path.rglob("*")]:
-        if d.is_dir() and not d.is_symlink():
-            d.chmod(0o755)
-    shutil.rmtree(path, ignore_errors=True)
+    hostpath.remove_tree(path)  # no recursion, no link followed, read-only directories made writable
