@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,12 +15,28 @@ from typing import Any
 import click
 from pydantic import ValidationError
 from rich.console import Console
+from rich.text import Text
 
 from .errors import CkoError, Exit, pydantic_error
 
 # Human output goes to stderr when --json is given, so stdout carries exactly one JSON document.
-_err_console = Console(stderr=True, highlight=False)
-_out_console = Console(highlight=False)
+# markup=False: data never passes through Rich markup, so a unit like "[items/s]" is printed as is;
+# styled text is built with rich.text.Text. Off a terminal the width is unbounded (logs and CI keep
+# every digit instead of "31.…"); NO_COLOR is honoured by Rich itself.
+_NO_TTY_WIDTH = 4000
+
+
+def _console(stderr: bool) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else _NO_TTY_WIDTH
+    return Console(stderr=stderr, highlight=False, markup=False, width=width, soft_wrap=width is not None)
+
+
+_err_console = _console(True)
+_out_console = _console(False)
+
+# The keys every JSON document carries, success or error (README, "JSON output").
+ENVELOPE_KEYS = ("ok", "command", "exit_code", "schema")
 
 
 @dataclass
@@ -67,10 +84,38 @@ def progress_console() -> Console:
     return _err_console
 
 
+def say(message: str) -> None:
+    """A progress line on stderr (dim), never parsed as markup."""
+    _err_console.print(Text(message, style="dim"))
+
+
+def command_name() -> str:
+    """The running command's path without the program name: "champion select"."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return ""
+    return ctx.command_path.split(" ", 1)[1] if " " in ctx.command_path else ""
+
+
+def result_schema_name(command: str) -> str:
+    return command.replace(" ", "-") + "-result" if command else "error"
+
+
+def envelope(doc: dict[str, Any], exit_code: int, command: str | None = None, *, error: bool = False) -> dict[str, Any]:
+    """Add the common keys: ok (exit code 0), the command, its exit code and the schema it validates against."""
+    cmd = command_name() if command is None else command
+    name = "error" if error else (doc.get("schema") or result_schema_name(cmd))
+    return {**doc, "ok": int(exit_code) == 0, "command": cmd, "exit_code": int(exit_code), "schema": name}
+
+
+def write_json(doc: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+
+
 def emit(as_json: bool, outcome: Outcome) -> None:
     if as_json:
-        sys.stdout.write(json.dumps(outcome.doc, indent=2, sort_keys=True, default=str) + "\n")
-        sys.stdout.flush()
+        write_json(envelope(outcome.doc, int(outcome.exit_code)))
     else:
         c = _out_console
         if outcome.human is None:
@@ -83,15 +128,31 @@ def emit(as_json: bool, outcome: Outcome) -> None:
         sys.exit(int(outcome.exit_code))
 
 
-def fail(as_json: bool, err: CkoError) -> None:
+def error_doc(err: CkoError, command: str | None = None) -> dict[str, Any]:
+    return envelope(err.to_json(), int(err.exit_code), command, error=True)
+
+
+def fail(as_json: bool, err: CkoError, command: str | None = None) -> None:
     if as_json:
-        sys.stdout.write(json.dumps(err.to_json(), indent=2, sort_keys=True, default=str) + "\n")
-    _err_console.print(f"[bold red]error[/] ({err.code}): {err.message}", markup=True, soft_wrap=True)
+        write_json(error_doc(err, command))
+    _err_console.print(Text.assemble(("error", "bold red"), f" ({err.code}): {err.message}"))
     sys.exit(int(err.exit_code))
 
 
+def internal_error(exc: BaseException) -> CkoError:
+    """A bug or an unexpected failure: the traceback goes to stderr and into the document's detail."""
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    sys.stderr.write("".join(tb))
+    return CkoError(f"internal error: {type(exc).__name__}: {exc}", exit_code=Exit.FAILED, code="internal",
+                    detail={"exception": type(exc).__name__, "traceback": "".join(tb[-6:])})
+
+
+def interrupted() -> CkoError:
+    return CkoError("interrupted (Ctrl-C / SIGINT)", exit_code=Exit.INTERRUPTED, code="interrupted")
+
+
 def handled(f: Callable[..., Outcome]) -> Callable[..., None]:
-    """Run a command body; map CkoError and validation errors to exit codes and messages."""
+    """Run a command body; every way out becomes an exit code and, with --json, one JSON document."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> None:
@@ -104,21 +165,40 @@ def handled(f: Callable[..., Outcome]) -> Callable[..., None]:
         except ValidationError as exc:
             fail(as_json, pydantic_error(exc, "request"))
             return
+        except KeyboardInterrupt:
+            fail(as_json, interrupted())
+            return
+        except (SystemExit, click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the contract: a traceback becomes a JSON error document
+            fail(as_json, internal_error(exc))
+            return
         emit(as_json, outcome)
 
     return wrapper
 
 
-def load_json_file(path: Path, what: str) -> Any:
+def read_request_text(path: Path, what: str) -> str:
+    """The request's text: a file, or stdin for "-"."""
     from .errors import bad_request
 
+    if str(path) == "-":
+        return sys.stdin.read()
     try:
-        text = Path(path).read_text()
+        return Path(path).read_text()
     except FileNotFoundError:
         raise bad_request(f"{what}: {path} does not exist", field=what) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise bad_request(f"{what}: cannot read {path}: {exc}", field=what) from None
+
+
+def load_json_file(path: Path, what: str) -> Any:
+    """Parse a JSON file ("-": stdin); bad JSON is exit 2 naming the line."""
+    from .errors import bad_request
+
+    text = read_request_text(path, what)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise bad_request(f"{what}: {path} is not valid JSON (line {exc.lineno}: {exc.msg})", field=what) from None
+        where = "stdin" if str(path) == "-" else str(path)
+        raise bad_request(f"{what}: {where} is not valid JSON (line {exc.lineno}: {exc.msg})", field=what) from None

@@ -47,15 +47,15 @@ def status_cmd(store: Path, as_json: bool, inv_id: str) -> Outcome:
         raise bad_request(f"no invocation {inv_id} in {st.root}", field="ID")
     res = load_result(st, inv_id)
     events = _events(st, inv_id)
+    doc = {"invocation_id": inv_id, "kind": "invocation", "state": res.state if res else "running",
+           "running": res is None, "invocation": res.model_dump(mode="json") if res else None, "events": events}
     if res is None:
-        doc = {"id": inv_id, "state": "running", "events": events}
         t = Table(show_header=False, box=None)
         t.add_row("id", inv_id)
         t.add_row("state", "running")
         t.add_row("last event", events[-1]["event"] if events else "-")
         return Outcome(doc=doc, human=t)
-    doc = res.model_dump(mode="json") | {"events": events}
-    return Outcome(doc=doc, human=invocation_table(doc))
+    return Outcome(doc=doc, human=invocation_table(doc["invocation"]))
 
 
 @click.command("cancel")
@@ -72,11 +72,11 @@ def cancel_cmd(store: Path, as_json: bool, inv_id: str, wait_s: float) -> Outcom
         raise bad_request(f"no invocation {inv_id} in {st.root}", field="ID")
     res = load_result(st, inv_id)
     if res is not None:
-        return Outcome(doc={"id": inv_id, "state": res.state, "cancelled": False, "note": "already ended"},
+        return Outcome(doc={"invocation_id": inv_id, "state": res.state, "cancelled": False, "note": "already ended"},
                        human=f"{inv_id} already ended ({res.state})")
     if not active_lock(st, inv_id).is_held():
         reaped = reap_orphans(st)
-        return Outcome(doc={"id": inv_id, "cancelled": False, "state": "abandoned", "reaped": reaped},
+        return Outcome(doc={"invocation_id": inv_id, "cancelled": False, "state": "abandoned", "reaped": reaped},
                        human=f"{inv_id} had no live controller: recorded as abandoned")
     (d / "cancel").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     client = docker_client()
@@ -87,9 +87,9 @@ def cancel_cmd(store: Path, as_json: bool, inv_id: str, wait_s: float) -> Outcom
             pass
     res = wait_for_result(st, inv_id, wait_s)
     if res is None:
-        return Outcome(doc={"id": inv_id, "cancelled": True, "state": "running", "note": "stop requested"},
+        return Outcome(doc={"invocation_id": inv_id, "cancelled": True, "state": "running", "note": "stop requested"},
                        human=f"stop requested for {inv_id}; it has not ended yet", exit_code=Exit.TIMED_OUT)
-    return Outcome(doc={"id": inv_id, "cancelled": res.state == "cancelled", "state": res.state},
+    return Outcome(doc={"invocation_id": inv_id, "cancelled": res.state == "cancelled", "state": res.state},
                    human=f"{inv_id}: {res.state}")
 
 

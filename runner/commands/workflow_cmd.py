@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from ..cliutil import Outcome, common, fleet_options, handled, progress_console
+from ..cliutil import Outcome, common, fleet_options, handled, say
 from ..executor import open_executor
 from ..invocation import reap_orphans
 from ..store import Store
@@ -21,8 +21,7 @@ TARGET = click.option("--target", "target", help="Target id (the stem of its fil
 
 
 def _say(as_json: bool):  # type: ignore[no-untyped-def]
-    con = progress_console()
-    return lambda m: con.print(f"[dim]{m}[/]")
+    return say
 
 
 def _kv(doc: dict, keys: list[str], title: str | None = None) -> Table:
