@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from . import __version__
+from . import __version__, cliutil
 from .cliutil import fail, internal_error, interrupted
 from .commands import COMMANDS, GROUPS, LazyGroup
 from .errors import CkoError, Exit
@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run the CLI; usage errors, interrupts and crashes outside a command body keep the JSON contract."""
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = _wants_json(args)
+    cliutil.ARGV[:] = args
     try:
         rv = cli.main(args=args, prog_name="cko", standalone_mode=False)
     except click.ClickException as exc:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.text import Text
 
@@ -85,8 +85,56 @@ def progress_console() -> Console:
 
 
 def say(message: str) -> None:
-    """A progress line on stderr (dim), never parsed as markup."""
+    """A progress line on stderr (dim), never parsed as markup; also an event of a detached operation."""
+    from .detach import event
+
     _err_console.print(Text(message, style="dim"))
+    event("progress", message=message)
+
+
+# The arguments main() was given: a detached operation runs them again (runner/detach.py).
+ARGV: list[str] = []
+
+
+def detachable(model: type[BaseModel] | None = None) -> Callable[[Callable[..., Outcome]], Callable[..., Outcome]]:
+    """Add --detach: check the request (exit 2, nothing written), start the operation in the background
+    and answer at once with its id."""
+
+    def deco(f: Callable[..., Outcome]) -> Callable[..., Outcome]:
+        @functools.wraps(f)
+        def wrapper(*args: Any, detach: bool = False, **kwargs: Any) -> Outcome:
+            if not detach:
+                return f(*args, **kwargs)
+            return _start_detached(kwargs, model)
+
+        return click.option("--detach", is_flag=True, help="Return at once with the operation id (op-...); "
+                            "follow it with `cko status ID --follow` or `--wait`.")(wrapper)
+
+    return deco
+
+
+def _start_detached(kwargs: dict[str, Any], model: type[BaseModel] | None) -> Outcome:
+    from .detach import start
+    from .errors import bad_request
+    from .store import Store
+
+    stdin_text = None
+    request = kwargs.get("request")
+    if request is not None:
+        text = read_request_text(request, "request")
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise bad_request(f"request: not valid JSON (line {exc.lineno}: {exc.msg})", field="request") from None
+        if model is not None:
+            if not isinstance(doc, dict):
+                raise bad_request("request: must be a JSON object", field="request")
+            model.model_validate(doc)
+        stdin_text = text if str(request) == "-" else None
+    doc = start(Store(kwargs["store"]), ARGV, stdin_text)
+    human = (f"detached: {doc['invocation_id']} (pid {doc['pid']}); follow with "
+             f"cko status {doc['invocation_id']} --follow")
+    return Outcome(doc=doc, human=human)
 
 
 def command_name() -> str:

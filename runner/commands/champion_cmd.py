@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from ..cliutil import Outcome, common, console, fleet_options, handled, progress_console, say
+from ..cliutil import Outcome, common, console, detachable, fleet_options, handled, progress_console, say
 from ..executor import open_executor
 from ..report import gather, html_report, text, to_json
 from ..store import Store
@@ -73,6 +73,7 @@ def restore_cmd(store: Path, as_json: bool, target: str, audit_id: str | None, r
 @fleet_options
 @common
 @handled
+@detachable()
 def audit_cmd(store: Path, as_json: bool, junit_path: Path | None, pairs: int | None, fleet: str | None,
               gpu_model: str | None) -> Outcome:
     """For CI: verify every hash and recorded verdict, then re-run the original against each Target's

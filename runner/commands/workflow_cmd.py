@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from ..cliutil import Outcome, common, fleet_options, handled, say
+from ..cliutil import Outcome, common, detachable, fleet_options, handled, say
 from ..executor import open_executor
 from ..invocation import reap_orphans
 from ..store import Store
@@ -15,8 +15,9 @@ from ..workflow import ops
 from ..workflow.experiment import experiment
 from ..workflow.requests import BaselineRequest, ExperimentRequest, ReadinessRequest, VariantRequest
 
-REQUEST = click.option("--request", "request", required=True, type=click.Path(path_type=Path),
-                       help="Request JSON (see `cko schema NAME-request`); paths are relative to it.")
+REQUEST = click.option("--request", "request", required=True, type=click.Path(path_type=Path, allow_dash=True),
+                       help="Request JSON (see `cko schema NAME-request`), or - for stdin; paths are relative to "
+                            "its directory (stdin: the working directory).")
 TARGET = click.option("--target", "target", help="Target id (the stem of its file in the store).")
 
 
@@ -38,6 +39,7 @@ def _kv(doc: dict, keys: list[str], title: str | None = None) -> Table:
 @fleet_options
 @common
 @handled
+@detachable(ReadinessRequest)
 def readiness_cmd(store: Path, as_json: bool, request: Path, fleet: str | None, gpu_model: str | None) -> Outcome:
     """Check the workload is measurable and freeze a Target (runs the two-sample smoke).
 
@@ -64,6 +66,7 @@ def readiness_cmd(store: Path, as_json: bool, request: Path, fleet: str | None, 
 @fleet_options
 @common
 @handled
+@detachable(BaselineRequest)
 def baseline_cmd(store: Path, as_json: bool, request: Path, target: str | None, fleet: str | None,
                  gpu_model: str | None) -> Outcome:
     """Original-only samples per case, and A/A pairs that give the measurement resolution."""
@@ -115,6 +118,7 @@ def experiment_table(doc: dict) -> Table:
 @fleet_options
 @common
 @handled
+@detachable(ExperimentRequest)
 def experiment_cmd(store: Path, as_json: bool, request: Path, target: str | None, variant: str | None,
                    stage: str | None, fleet: str | None, gpu_model: str | None) -> Outcome:
     """Run one stage of a paired comparison of a candidate against the original or the champion.
