@@ -7,10 +7,12 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from .. import ci
 from ..cliutil import Outcome, common, detachable, fleet_options, handled, say
+from ..errors import Exit
 from ..executor import open_executor
 from ..invocation import reap_orphans
-from ..store import Store
+from ..store import Store, write_replace
 from ..workflow import ops
 from ..workflow.experiment import experiment
 from ..workflow.requests import BaselineRequest, ExperimentRequest, ReadinessRequest, VariantRequest
@@ -115,12 +117,22 @@ def experiment_table(doc: dict) -> Table:
 @TARGET
 @click.option("--variant", "variant", help="Variant id (the candidate).")
 @click.option("--stage", type=click.Choice(["screen", "target", "audit"]), help="Override the request's stage.")
+@click.option("--export-json", "export_json", type=click.Path(path_type=Path),
+              help="CI: write the per-case results (medians, ratio, gain %, CI, verdict) as JSON here.")
+@click.option("--export-markdown", "export_md", type=click.Path(path_type=Path),
+              help="CI: write the same as a Markdown table here (e.g. for a PR comment).")
+@click.option("--junit", "junit_path", type=click.Path(path_type=Path),
+              help="CI: JUnit XML, one test case per case, with times.")
+@click.option("--fail-on", "fail_on", metavar="LIST",
+              help="CI, opt-in: exit 1 when the stage outcome or a case verdict is one of these "
+                   "(comma-separated: regressed,inconclusive,below_minimum,void,constraint_violated,...).")
 @fleet_options
 @common
 @handled
 @detachable(ExperimentRequest)
 def experiment_cmd(store: Path, as_json: bool, request: Path, target: str | None, variant: str | None,
-                   stage: str | None, fleet: str | None, gpu_model: str | None) -> Outcome:
+                   stage: str | None, export_json: Path | None, export_md: Path | None, junit_path: Path | None,
+                   fail_on: str | None, fleet: str | None, gpu_model: str | None) -> Outcome:
     """Run one stage of a paired comparison of a candidate against the original or the champion.
 
     screen: few pairs, can reject or leave open, never accept. target: the formal test, one per
@@ -129,6 +141,7 @@ def experiment_cmd(store: Path, as_json: bool, request: Path, target: str | None
     accuracy, integrity or the run failed. With --fleet every
     look of the stage runs on one node (and one device) of the cluster: the node of the first.
     """
+    wanted = ci.parse_fail_on(fail_on)
     req, _ = ops.load_request(request, ExperimentRequest)
     req = ops.with_ids(req, target=target, variant=variant)
     if stage:
@@ -137,8 +150,31 @@ def experiment_cmd(store: Path, as_json: bool, request: Path, target: str | None
     reap_orphans(st)
     with open_executor(fleet, gpu_model) as executor:
         doc, code = experiment(st, req, _say(as_json), executor)
+    _ci_exports(st, doc, export_json, export_md, junit_path, wanted)
+    if wanted:
+        matched = ci.fail_on_matches(doc, wanted)
+        doc["fail_on"] = {"wanted": wanted, "matched": matched}
+        code = code or (int(Exit.FAILED) if matched else 0)
     notes = [f"{r['code']}: {r['message']}" for r in doc["reasons"]] + [f"supports: {doc['supports']['statement']}"]
+    if doc.get("fail_on", {}).get("matched"):
+        notes.append(f"--fail-on matched: {', '.join(doc['fail_on']['matched'])} (exit 1)")
     return Outcome(doc=doc, human=experiment_table(doc), exit_code=code, extra_human=notes)
+
+
+def _ci_exports(st: Store, doc: dict, export_json: Path | None, export_md: Path | None, junit_path: Path | None,
+                wanted: list[str]) -> None:
+    from ..canonical import canonical_bytes
+    from ..workflow.common import get_target
+
+    t, _ = get_target(st, doc["experiment_target"])
+    unit = t.objective.primary.unit if t.objective else ""
+    direction = t.objective.primary.direction if t.objective else "lower"
+    if export_json:
+        write_replace(export_json, canonical_bytes(ci.export_json(doc, unit, direction)))
+    if export_md:
+        write_replace(export_md, ci.export_markdown(doc, unit, direction).encode())
+    if junit_path:
+        write_replace(junit_path, ci.junit(doc, wanted))
 
 
 commands = [readiness_cmd, baseline_cmd, variant_cmd, experiment_cmd]

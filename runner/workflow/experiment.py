@@ -343,7 +343,7 @@ def case_rows(rec: Experiment) -> list[dict[str, Any]]:
 
 def experiment_doc(rec: Experiment, ref: Ref) -> dict[str, Any]:
     outcome_text = rec.outcome + (f" ({', '.join(rec.blocking_constraints)})" if rec.blocking_constraints else "")
-    return {"experiment": ref.model_dump(), "stage": rec.stage, "stage_outcome": rec.outcome,
+    return {"experiment": ref.model_dump(), "experiment_target": rec.target.id, "stage": rec.stage, "stage_outcome": rec.outcome,
             "stage_outcome_text": outcome_text, "primary_verdict": rec.primary_verdict,
             "constraint_verdicts": rec.constraint_verdicts, "blocking_constraints": rec.blocking_constraints,
             "aa_control": rec.aa_control, "reasons": [r.model_dump() for r in rec.reasons],
