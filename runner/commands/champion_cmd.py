@@ -91,15 +91,31 @@ def audit_cmd(store: Path, as_json: bool, junit_path: Path | None, pairs: int | 
 
 @click.command("report")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), help="Write an HTML report with plots here.")
+@click.option("--handoff", "handoff_path", type=click.Path(path_type=Path, allow_dash=True),
+              help="Write the handoff summary (Markdown, facts from the records only) here; - for stdout.")
 @common
 @handled
-def report_cmd(store: Path, as_json: bool, html_path: Path | None) -> Outcome:
-    """A readable report of a store: Target, baseline, experiments, champion, environment."""
+def report_cmd(store: Path, as_json: bool, html_path: Path | None, handoff_path: Path | None) -> Outcome:
+    """A readable report of a store: Target, baseline, experiments, champion, environment. --handoff:
+    conclusions, kept changes, rejected directions, gain ranges, environment, evidence gaps, why it stopped."""
+    from ..handoff import handoff
+    from ..store import write_replace
+
     st = Store(store, create=False)
     data = gather(st)
+    doc = to_json(data)
     if html_path:
-        html_path.write_text(html_report(st, data))
-    return Outcome(doc=to_json(data) | ({"html": str(html_path)} if html_path else {}), human=text(data))
+        write_replace(html_path, html_report(st, data).encode())
+        doc["html"] = str(html_path)
+    human: str = text(data)
+    if handoff_path:
+        doc["handoff"] = handoff(data)
+        if str(handoff_path) == "-":
+            human = doc["handoff"]
+        else:
+            write_replace(handoff_path, doc["handoff"].encode())
+            doc["handoff_path"] = str(handoff_path)
+    return Outcome(doc=doc, human=human)
 
 
 @click.command("demo")

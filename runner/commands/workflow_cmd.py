@@ -102,11 +102,13 @@ def variant_cmd(store: Path, as_json: bool, request: Path, target: str | None) -
 def experiment_table(doc: dict) -> Table:
     """Per-case rows under a title that carries the stage outcome; a case verdict that differs from
     the stage outcome says so in its own cell."""
-    t = Table("case", "pairs", "excluded", "effect %", "CI %", "Wilcoxon p", "case verdict",
+    t = Table("case", "pairs", "excluded", "reference median", "candidate median", "effect %", "CI %",
+              "Wilcoxon p", "case verdict",
               title=f"{doc['stage']} {doc['experiment']['id']}: stage outcome {doc['stage_outcome_text']}")
     for c in doc["cases"]:
         ci = (f"[{c['ci_low_pct']:+.2f}, {c['ci_high_pct']:+.2f}]" if c.get("ci_low_pct") is not None else "-")
-        t.add_row(c["case"], str(c["pairs"]), str(c["excluded"]),
+        med = [f"{c[k]:.6g}" if c.get(k) is not None else "-" for k in ("reference_median", "candidate_median")]
+        t.add_row(c["case"], str(c["pairs"]), str(c["excluded"]), *med,
                   f"{c['effect_pct']:+.2f}" if c.get("effect_pct") is not None else "-", ci,
                   f"{c['wilcoxon_p']:.3g}" if c.get("wilcoxon_p") is not None else "-", c["case_verdict_text"])
     return t
