@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import jsonschema
-import pytest
 
 from tests.conftest import CKO, ROOT, Result, run_cko
 
