@@ -81,7 +81,7 @@ def pairs_figure(e: Experiment, min_eff: float) -> str:
         ax.set_ylabel("effect, % (positive = candidate better)")
         ax.set_title(f"case {c.case}: case verdict {c.primary.get('verdict')}", fontsize=9)
         ax.legend(fontsize=7, loc="best")
-    fig.suptitle(f"{e.stage} {e.id} — stage outcome {e.outcome}", fontsize=10)
+    fig.suptitle(f"{e.stage} {e.id} — stage outcome {e.outcome}", fontsize=10, y=1.05)
     return _svg(fig)
 
 
@@ -104,7 +104,7 @@ def samples_figure(groups: dict[str, dict[str, list[float]]], unit: str, metric:
         ax.set_xlabel(f"{metric} [{unit}]")
         ax.set_title(f"case {case} (◆ median)", fontsize=9)
         ax.legend(fontsize=7, loc="best")
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(title, fontsize=10, y=1.06)
     return _svg(fig)
 
 
