@@ -15,7 +15,7 @@ from .errors import bad_request
 
 FAIL_ON_VALUES = frozenset({"regressed", "inconclusive", "below_minimum", "void", "constraint_violated",
                             "constraint_inconclusive", "failed_run", "failed_accuracy", "integrity_violation",
-                            "rejected", "open"})
+                            "rejected", "open", "promising"})
 
 
 def parse_fail_on(text: str | None) -> list[str]:
