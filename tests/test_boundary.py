@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from operations import codec
-from operations.supervisor import check_bracket, check_post_cpu, check_staging, systematic_disagreement
+from operations.supervisor import (check_bracket, check_post_cpu, check_staging, systematic_disagreement)
 
 MS = 1_000_000
 
