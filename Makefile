@@ -9,13 +9,17 @@ PYTHON ?= python3
 
 .PHONY: demo test venv native engine images lint typecheck unit gpu-test clean-store
 
-# The ray extra too, so that tests/test_fleet.py runs its real local Ray cluster instead of
-# skipping: ray[default], as users install it (plain ray lacks the grpcio Ray Client, ray://, needs).
+# The ray extra too, so that tests/test_fleet.py runs its real local Ray cluster instead of skipping:
+# ray[default], as users install it (plain ray lacks the grpcio Ray Client, ray://, needs).
+# The mcp extra: `cko mcp` and its test with a real MCP client session.
 $(VENV)/.installed: pyproject.toml Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ required"; exit 2; }
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null && $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,ray]'
+	$(PY) -m pip install -q -e '.[dev,ray,mcp]'
+	@# Headless Chromium renders the HTML report in its test (screenshot not blank, no console error);
+	@# where it cannot be installed that half of the test skips and says why.
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; } || echo "chromium not installed: the report's screenshot check will skip"
 	@# The PyTorch example's CPU tests need torch; only a CPU build is worth its size here, and pip finds
 	@# one only where the host offers it (a local wheel or a CPU index): elsewhere those tests skip.
 	@$(PY) -m pip install -q 'torch==2.13.0+cpu' >/dev/null 2>&1 \

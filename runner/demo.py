@@ -36,7 +36,7 @@ def run_demo(store_dir: Path, example: str, console: Console) -> dict[str, Any]:
     store = Store(store_dir)
     summary: dict[str, Any] = {"store": str(store.root), "example": example, "steps": {}}
     t_start = time.monotonic()
-    with Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[note]}"),
+    with Progress(SpinnerColumn(), TextColumn("{task.description}", style="bold", markup=False), BarColumn(), TextColumn("{task.fields[note]}", markup=False),
                   TimeElapsedColumn(), console=console, transient=False) as prog:
         task = prog.add_task("cko demo", total=len(STEPS), note="")
 

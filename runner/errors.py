@@ -13,6 +13,7 @@ class Exit(IntEnum):
     REFUSED = 3  # refused by policy
     TIMED_OUT = 4
     UNAVAILABLE = 5  # no engine, no image, no GPU where one is required
+    INTERRUPTED = 130  # Ctrl-C / SIGINT, as shells report it
 
 
 class CkoError(Exception):

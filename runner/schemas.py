@@ -6,6 +6,7 @@ import importlib
 from typing import Any
 
 from .errors import bad_request
+from .results import result_schema_entries
 
 # name -> "module:Class"; imported on demand so a missing area does not break the others.
 SCHEMAS: dict[str, str] = {
@@ -29,10 +30,11 @@ SCHEMAS: dict[str, str] = {
     "load-telemetry": "runner.workflow.verdicts:Telemetry",
     "driver-request": "operations.protocol:DriverRequest",
     "driver-result": "operations.protocol:DriverResult",
-    "stats-result": "operations.stats:CompareResult",
+    "stats-result": "operations.stats:Comparison",
     "card": "knowledge.model:Card",
     "execution-map-request": "operations.evidence.execution_map:ExecutionMapRequest",
 }
+SCHEMAS.update(result_schema_entries())
 
 
 def schema(name: str) -> dict[str, Any]:

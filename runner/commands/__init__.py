@@ -35,7 +35,13 @@ COMMANDS: dict[str, str] = {
     "reap": "store_cmd",
     "schema": "store_cmd",
     "fleet": "fleet_cmd",
+    "commands": "agent_cmd",
+    "ls": "agent_cmd",
+    "stop": "agent_cmd",
+    "mcp": "agent_cmd",
 }
+# Commands that are groups: their subcommand is part of the command's name ("champion select").
+GROUPS = frozenset({"images", "stats", "profile", "knowledge", "champion", "fleet"})
 
 
 def _load(module: str) -> dict[str, click.Command]:

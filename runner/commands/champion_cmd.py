@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from ..cliutil import Outcome, common, console, fleet_options, handled, progress_console
+from ..cliutil import Outcome, common, console, detachable, fleet_options, handled, progress_console, say
 from ..executor import open_executor
 from ..report import gather, html_report, text, to_json
 from ..store import Store
@@ -73,14 +73,14 @@ def restore_cmd(store: Path, as_json: bool, target: str, audit_id: str | None, r
 @fleet_options
 @common
 @handled
+@detachable()
 def audit_cmd(store: Path, as_json: bool, junit_path: Path | None, pairs: int | None, fleet: str | None,
               gpu_model: str | None) -> Outcome:
     """For CI: verify every hash and recorded verdict, then re-run the original against each Target's
     champion in the pinned image. Exit 0 holds, 1 does not hold, 5 could not check (image or
     environment unavailable, a void re-run); the JUnit file says the same (failure / error)."""
-    con = progress_console()
     with open_executor(fleet, gpu_model) as executor:
-        doc = audit(Store(store, create=False), lambda m: con.print(f"[dim]{m}[/]"), pairs=pairs, executor=executor)
+        doc = audit(Store(store, create=False), say, pairs=pairs, executor=executor)
     if junit_path:
         junit_path.write_bytes(junit(doc))
     t = Table("check", "answer", "code", "detail", title=f"cko audit: {doc['answer']}")
@@ -91,15 +91,31 @@ def audit_cmd(store: Path, as_json: bool, junit_path: Path | None, pairs: int | 
 
 @click.command("report")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), help="Write an HTML report with plots here.")
+@click.option("--handoff", "handoff_path", type=click.Path(path_type=Path, allow_dash=True),
+              help="Write the handoff summary (Markdown, facts from the records only) here; - for stdout.")
 @common
 @handled
-def report_cmd(store: Path, as_json: bool, html_path: Path | None) -> Outcome:
-    """A readable report of a store: Target, baseline, experiments, champion, environment."""
+def report_cmd(store: Path, as_json: bool, html_path: Path | None, handoff_path: Path | None) -> Outcome:
+    """A readable report of a store: Target, baseline, experiments, champion, environment. --handoff:
+    conclusions, kept changes, rejected directions, gain ranges, environment, evidence gaps, why it stopped."""
+    from ..handoff import handoff
+    from ..store import write_replace
+
     st = Store(store, create=False)
     data = gather(st)
+    doc = to_json(data)
     if html_path:
-        html_path.write_text(html_report(st, data))
-    return Outcome(doc=to_json(data) | ({"html": str(html_path)} if html_path else {}), human=text(data))
+        write_replace(html_path, html_report(st, data).encode())
+        doc["html"] = str(html_path)
+    human: str = text(data)
+    if handoff_path:
+        doc["handoff"] = handoff(data)
+        if str(handoff_path) == "-":
+            human = doc["handoff"]
+        else:
+            write_replace(handoff_path, doc["handoff"].encode())
+            doc["handoff_path"] = str(handoff_path)
+    return Outcome(doc=doc, human=human)
 
 
 @click.command("demo")
@@ -111,10 +127,12 @@ def demo_cmd(store: Path, as_json: bool, example: str) -> Outcome:
 
     With no --store, a new directory under ./cko-demo/ is used.
     """
-    from ..cliutil import default_store
     from ..demo import run_demo
 
-    if Path(store) == Path(default_store()):
+    # Only an --store the caller did not give falls back to a fresh ./cko-demo/ directory: one given
+    # explicitly is used even when $CKO_STORE names the same directory.
+    ctx = click.get_current_context()
+    if ctx.get_parameter_source("store") is not click.core.ParameterSource.COMMANDLINE:
         store = Path("cko-demo") / time.strftime("run-%Y%m%dT%H%M%S")
     summary = run_demo(store, example, console(as_json) if not as_json else progress_console())
     t = Table("case", "pairs", "gain %", "95% CI %", "case verdict", title=f"cko demo: {example} "

@@ -14,8 +14,9 @@ from typing import Any
 
 import click
 from rich.table import Table
+from rich.text import Text
 
-from ..cliutil import Outcome, common, handled, load_json_file, progress_console
+from ..cliutil import Outcome, common, handled, load_json_file, say
 from ..errors import CkoError, Exit, bad_request, failed
 from ..store import Store
 
@@ -103,9 +104,9 @@ def _finish(result: Any, op: str, human: Any) -> Outcome:
             "message": doc.get("message"),
             "field": doc.get("field"),
         }
-        text = f"[bold red]refused[/] ({doc.get('error')}): {doc.get('message')}"
+        text = Text.assemble(("refused", "bold red"), f" ({doc.get('error')}): {doc.get('message')}")
         if doc.get("field"):
-            text += f"  [dim](field: {doc.get('field')})[/]"
+            text.append(f"  (field: {doc.get('field')})", style="dim")
         return Outcome(doc=out, human=text, exit_code=Exit.FAILED)
     out = {
         "invocation_id": result.invocation_id,
@@ -135,7 +136,7 @@ def _head(doc: dict[str, Any], inv: str) -> str:
     ]
     for m in doc.get("identity_mismatch") or []:
         lines.append(
-            f"[bold yellow]identity mismatch[/] {m['field']}: bound {m['bound']!r}, report {m['report']!r}"
+            f"IDENTITY MISMATCH {m['field']}: bound {m['bound']!r}, report {m['report']!r}"
         )
     return "\n".join(lines)
 
@@ -319,8 +320,7 @@ def profile_ncu(
         creq, _ = load(request)
         if target:
             creq = creq.model_copy(update={"target": target})
-        con = progress_console()
-        doc, code = collect_ncu(Store(store), creq, lambda m: con.print(f"[dim]{m}[/]"),
+        doc, code = collect_ncu(Store(store), creq, say,
                                 policy_path=str(policy) if policy else None, parse_memory=memory)
         facts = doc.get("facts") or {}
         return Outcome(doc=doc, human=_human_ncu(facts, doc["collection"]["id"]) if code == 0 and facts else doc,

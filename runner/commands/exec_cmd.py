@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from ..cliutil import Outcome, common, fleet_options, handled, progress_console
+from ..cliutil import Outcome, common, fleet_options, handled, say
 from ..errors import bad_request
 from ..executor import open_executor
 from ..invocation import Plan
@@ -78,10 +78,10 @@ def exec_cmd(store: Path, as_json: bool, image: str, gpus: str | None, gpu_mode:
     if fleet and gpus and gpus.isdigit():
         plan.gpus = [str(i) for i in range(int(gpus))]  # a count: Ray picks the GPUs on the node
     st = Store(store)
-    con = progress_console()
     with open_executor(fleet, gpu_model) as run:
-        outcome = run(st, plan, progress=lambda m: con.print(f"[dim]{m}[/]"))
+        outcome = run(st, plan, progress=say)
     doc = outcome.result.model_dump(mode="json")
+    doc["invocation_id"] = doc["id"]
     human = invocation_table(doc)
     extra = []
     if not as_json and outcome.result.stdout_tail:

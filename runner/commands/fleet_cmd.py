@@ -9,7 +9,7 @@ import click
 from pydantic import Field, ValidationError
 from rich.table import Table
 
-from ..cliutil import Outcome, common, handled, load_json_file, progress_console
+from ..cliutil import Outcome, common, handled, load_json_file, say
 from ..errors import Exit, bad_request, pydantic_error
 from ..invocation import Plan
 from ..models import Closed
@@ -173,12 +173,11 @@ def run_cmd(
     base = Path(plans_path).absolute().parent
     items = [_plan(p, base, policy) for p in spec.plans]
     st = Store(store)
-    con = progress_console()
     with cli_session(fleet) as fl:
         runs = fl.run_many(
             st,
             items,
-            progress=lambda m: con.print(f"[dim]{m}[/]"),
+            progress=say,
             ship=ship,  # type: ignore[arg-type]
             queue_timeout_s=queue_timeout,
         )
@@ -219,6 +218,10 @@ def combine_cmd(store: Path, as_json: bool, results_path: Path) -> Outcome:
     raw = load_json_file(results_path, "results")
     if not isinstance(raw, list):
         raise bad_request("results: must be a JSON array of per-device analyses", field="results")
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise bad_request(f"results[{i}]: must be an object (device, verdict, effect_pct, ...), not "
+                              f"{type(item).__name__}", field=f"results[{i}]")
     c = combine_per_device(raw)
     t = Table(title=f"combined verdict: {c.verdict}")
     for col in ("device", "verdict", "effect %", "CI %"):

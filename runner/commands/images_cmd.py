@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from .. import images as img
-from ..cliutil import Outcome, common, handled, progress_console
+from ..cliutil import Outcome, common, handled, say
 from ..errors import bad_request
 
 
@@ -35,7 +35,6 @@ def build_cmd(store: Path, as_json: bool, names: tuple[str, ...], offline: bool,
         if not sep or not k:
             raise bad_request(f"--build-arg {a!r}: expected KEY=VALUE", field="build_arg")
         bargs[k] = v
-    con = progress_console()
     built = []
     skipped = []
     client = img.docker_client()
@@ -46,7 +45,7 @@ def build_cmd(store: Path, as_json: bool, names: tuple[str, ...], offline: bool,
                 skipped.append(name)
                 continue
         entry = img.build_image(name, offline=offline, base_image=base_image,
-                                progress=lambda m: con.print(f"[dim]{m}[/]"), build_args=bargs)
+                                progress=say, build_args=bargs)
         built.append(entry.model_dump(mode="json"))
     table = Table("image", "id", "size", "seconds")
     for e in built:

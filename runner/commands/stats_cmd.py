@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from operations import stats as st
 
@@ -56,7 +57,7 @@ def _human(c: st.Comparison, reference: Path, candidate: Path) -> Table:
     t.add_row(f"{c.confidence:.4g} interval", f"[{_fmt_pct(c.ci_low_pct)}, {_fmt_pct(c.ci_high_pct)}]")
     t.add_row("minimum effect", f"{c.min_effect_pct:g}%")
     t.add_row("Wilcoxon p", f"{c.wilcoxon_p:.3g}  (second opinion, not used for the verdict)")
-    t.add_row("verdict", f"[bold]{c.verdict}[/]")
+    t.add_row("verdict", Text(c.verdict, style="bold"))
     t.add_row("seed", str(c.seed))
     t.add_row("resamples", str(c.resamples))
     if not c.calibrated:

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from .. import sandbox
-from ..cliutil import Outcome, common, handled
+from ..cliutil import Outcome, common, handled, progress_console
+from ..detach import load as load_op
+from ..detach import op_dir, read_events
 from ..errors import Exit, bad_request
 from ..images import docker_client
 from ..invocation import active_lock, inv_dir, load_result, reap_orphans, wait_for_result
@@ -35,27 +39,90 @@ def _events(store: Store, inv_id: str) -> list[dict]:
 
 @click.command("status")
 @click.argument("inv_id")
+@click.option("--follow", is_flag=True, help="Print events as they arrive (stderr; JSON lines with --json) "
+              "until it ends; then the document, with the operation's exit code.")
+@click.option("--wait", "wait", is_flag=True, help="Block until it ends; then the document, with the "
+              "operation's exit code.")
+@click.option("--timeout", "timeout_s", type=float, default=None, help="With --follow/--wait: give up after "
+              "this many seconds (exit 4, still running).")
 @common
 @handled
-def status_cmd(store: Path, as_json: bool, inv_id: str) -> Outcome:
-    """Show one invocation: its terminal state, or that it is still running, with its events."""
+def status_cmd(store: Path, as_json: bool, inv_id: str, follow: bool, wait: bool, timeout_s: float | None) -> Outcome:
+    """Show one invocation (inv-...) or detached operation (op-...): its terminal state, or that it is
+    still running, with its events. Exit 0 without --follow/--wait; with them, the operation's own
+    exit code once it ends (4 when --timeout passes first)."""
     check_id(inv_id, "ID")
     st = Store(store, create=False)
     reap_orphans(st)
-    d = inv_dir(st, inv_id)
+    is_op = inv_id.startswith("op-")
+    d = op_dir(st, inv_id) if is_op else inv_dir(st, inv_id)
     if not d.is_dir():
-        raise bad_request(f"no invocation {inv_id} in {st.root}", field="ID")
+        raise bad_request(f"no {'operation' if is_op else 'invocation'} {inv_id} in {st.root}", field="ID")
+    if follow or wait:
+        if not _watch(st, inv_id, d / "events.jsonl", is_op, follow, as_json, timeout_s):
+            doc = _status_doc(st, inv_id, is_op)
+            return Outcome(doc=doc, human=f"{inv_id}: still running after {timeout_s} s", exit_code=Exit.TIMED_OUT)
+    doc = _status_doc(st, inv_id, is_op)
+    code = (doc["operation"]["exit_code"] if is_op else doc["invocation"]["exit_code"]) if (follow or wait) else 0
+    return Outcome(doc=doc, human=_status_human(doc), exit_code=int(code or 0))
+
+
+def _status_doc(st: Store, inv_id: str, is_op: bool) -> dict:
+    if is_op:
+        op = load_op(st, inv_id)
+        events, _ = read_events(op_dir(st, inv_id) / "events.jsonl")
+        return {"invocation_id": inv_id, "kind": "operation", "state": op["state"], "running": op["running"],
+                "operation": op, "invocation": None, "events": events}
     res = load_result(st, inv_id)
-    events = _events(st, inv_id)
-    if res is None:
-        doc = {"id": inv_id, "state": "running", "events": events}
-        t = Table(show_header=False, box=None)
-        t.add_row("id", inv_id)
-        t.add_row("state", "running")
-        t.add_row("last event", events[-1]["event"] if events else "-")
-        return Outcome(doc=doc, human=t)
-    doc = res.model_dump(mode="json") | {"events": events}
-    return Outcome(doc=doc, human=invocation_table(doc))
+    return {"invocation_id": inv_id, "kind": "invocation", "state": res.state if res else "running",
+            "running": res is None, "invocation": res.model_dump(mode="json") if res else None,
+            "events": _events(st, inv_id)}
+
+
+def _status_human(doc: dict) -> Table:
+    if doc["invocation"] is not None:
+        return invocation_table(doc["invocation"])
+    t = Table(show_header=False, box=None)
+    t.add_row("id", doc["invocation_id"])
+    t.add_row("state", doc["state"])
+    op = doc.get("operation") or {}
+    if op.get("argv"):
+        t.add_row("command", "cko " + " ".join(op["argv"]))
+    if op.get("exit_code") is not None:
+        t.add_row("exit code", str(op["exit_code"]))
+    t.add_row("last event", doc["events"][-1].get("message") or doc["events"][-1]["event"] if doc["events"] else "-")
+    return t
+
+
+def _ended(st: Store, inv_id: str, is_op: bool) -> bool:
+    return not load_op(st, inv_id)["running"] if is_op else load_result(st, inv_id) is not None
+
+
+def _watch(st: Store, inv_id: str, events: Path, is_op: bool, follow: bool, as_json: bool,
+           timeout_s: float | None) -> bool:
+    """Poll until it ends (True) or the timeout passes (False), printing new events when following."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    offset = 0
+    while True:
+        ended = _ended(st, inv_id, is_op)  # read before the events: the last ones are then already written
+        if follow:
+            new, offset = read_events(events, offset)
+            for e in new:
+                print_event(e, as_json)
+        if ended:
+            return True
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+
+
+def print_event(e: dict, as_json: bool) -> None:
+    if as_json:
+        sys.stderr.write(json.dumps(e, sort_keys=True, default=str) + "\n")
+        sys.stderr.flush()
+        return
+    detail = e.get("message") or " ".join(f"{k}={v}" for k, v in e.items() if k not in ("t", "event"))
+    progress_console().print(Text(f"{e.get('t', '')} {e.get('event')}: {detail}"))
 
 
 @click.command("cancel")
@@ -72,11 +139,11 @@ def cancel_cmd(store: Path, as_json: bool, inv_id: str, wait_s: float) -> Outcom
         raise bad_request(f"no invocation {inv_id} in {st.root}", field="ID")
     res = load_result(st, inv_id)
     if res is not None:
-        return Outcome(doc={"id": inv_id, "state": res.state, "cancelled": False, "note": "already ended"},
+        return Outcome(doc={"invocation_id": inv_id, "state": res.state, "cancelled": False, "note": "already ended"},
                        human=f"{inv_id} already ended ({res.state})")
     if not active_lock(st, inv_id).is_held():
         reaped = reap_orphans(st)
-        return Outcome(doc={"id": inv_id, "cancelled": False, "state": "abandoned", "reaped": reaped},
+        return Outcome(doc={"invocation_id": inv_id, "cancelled": False, "state": "abandoned", "reaped": reaped},
                        human=f"{inv_id} had no live controller: recorded as abandoned")
     (d / "cancel").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     client = docker_client()
@@ -87,9 +154,9 @@ def cancel_cmd(store: Path, as_json: bool, inv_id: str, wait_s: float) -> Outcom
             pass
     res = wait_for_result(st, inv_id, wait_s)
     if res is None:
-        return Outcome(doc={"id": inv_id, "cancelled": True, "state": "running", "note": "stop requested"},
+        return Outcome(doc={"invocation_id": inv_id, "cancelled": True, "state": "running", "note": "stop requested"},
                        human=f"stop requested for {inv_id}; it has not ended yet", exit_code=Exit.TIMED_OUT)
-    return Outcome(doc={"id": inv_id, "cancelled": res.state == "cancelled", "state": res.state},
+    return Outcome(doc={"invocation_id": inv_id, "cancelled": res.state == "cancelled", "state": res.state},
                    human=f"{inv_id}: {res.state}")
 
 

@@ -7,22 +7,24 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from ..cliutil import Outcome, common, fleet_options, handled, progress_console
+from .. import ci
+from ..cliutil import Outcome, common, detachable, fleet_options, handled, say
+from ..errors import Exit
 from ..executor import open_executor
 from ..invocation import reap_orphans
-from ..store import Store
+from ..store import Store, write_replace
 from ..workflow import ops
 from ..workflow.experiment import experiment
 from ..workflow.requests import BaselineRequest, ExperimentRequest, ReadinessRequest, VariantRequest
 
-REQUEST = click.option("--request", "request", required=True, type=click.Path(path_type=Path),
-                       help="Request JSON (see `cko schema NAME-request`); paths are relative to it.")
+REQUEST = click.option("--request", "request", required=True, type=click.Path(path_type=Path, allow_dash=True),
+                       help="Request JSON (see `cko schema NAME-request`), or - for stdin; paths are relative to "
+                            "its directory (stdin: the working directory).")
 TARGET = click.option("--target", "target", help="Target id (the stem of its file in the store).")
 
 
 def _say(as_json: bool):  # type: ignore[no-untyped-def]
-    con = progress_console()
-    return lambda m: con.print(f"[dim]{m}[/]")
+    return say
 
 
 def _kv(doc: dict, keys: list[str], title: str | None = None) -> Table:
@@ -39,6 +41,7 @@ def _kv(doc: dict, keys: list[str], title: str | None = None) -> Table:
 @fleet_options
 @common
 @handled
+@detachable(ReadinessRequest)
 def readiness_cmd(store: Path, as_json: bool, request: Path, fleet: str | None, gpu_model: str | None) -> Outcome:
     """Check the workload is measurable and freeze a Target (runs the two-sample smoke).
 
@@ -65,6 +68,7 @@ def readiness_cmd(store: Path, as_json: bool, request: Path, fleet: str | None, 
 @fleet_options
 @common
 @handled
+@detachable(BaselineRequest)
 def baseline_cmd(store: Path, as_json: bool, request: Path, target: str | None, fleet: str | None,
                  gpu_model: str | None) -> Outcome:
     """Original-only samples per case, and A/A pairs that give the measurement resolution."""
@@ -98,11 +102,13 @@ def variant_cmd(store: Path, as_json: bool, request: Path, target: str | None) -
 def experiment_table(doc: dict) -> Table:
     """Per-case rows under a title that carries the stage outcome; a case verdict that differs from
     the stage outcome says so in its own cell."""
-    t = Table("case", "pairs", "excluded", "effect %", "CI %", "Wilcoxon p", "case verdict",
+    t = Table("case", "pairs", "excluded", "reference median", "candidate median", "effect %", "CI %",
+              "Wilcoxon p", "case verdict",
               title=f"{doc['stage']} {doc['experiment']['id']}: stage outcome {doc['stage_outcome_text']}")
     for c in doc["cases"]:
         ci = (f"[{c['ci_low_pct']:+.2f}, {c['ci_high_pct']:+.2f}]" if c.get("ci_low_pct") is not None else "-")
-        t.add_row(c["case"], str(c["pairs"]), str(c["excluded"]),
+        med = [f"{c[k]:.6g}" if c.get(k) is not None else "-" for k in ("reference_median", "candidate_median")]
+        t.add_row(c["case"], str(c["pairs"]), str(c["excluded"]), *med,
                   f"{c['effect_pct']:+.2f}" if c.get("effect_pct") is not None else "-", ci,
                   f"{c['wilcoxon_p']:.3g}" if c.get("wilcoxon_p") is not None else "-", c["case_verdict_text"])
     return t
@@ -113,11 +119,22 @@ def experiment_table(doc: dict) -> Table:
 @TARGET
 @click.option("--variant", "variant", help="Variant id (the candidate).")
 @click.option("--stage", type=click.Choice(["screen", "target", "audit"]), help="Override the request's stage.")
+@click.option("--export-json", "export_json", type=click.Path(path_type=Path),
+              help="CI: write the per-case results (medians, ratio, gain %, CI, verdict) as JSON here.")
+@click.option("--export-markdown", "export_md", type=click.Path(path_type=Path),
+              help="CI: write the same as a Markdown table here (e.g. for a PR comment).")
+@click.option("--junit", "junit_path", type=click.Path(path_type=Path),
+              help="CI: JUnit XML, one test case per case, with times.")
+@click.option("--fail-on", "fail_on", metavar="LIST",
+              help="CI, opt-in: exit 1 when the stage outcome or a case verdict is one of these "
+                   "(comma-separated: regressed,inconclusive,below_minimum,void,constraint_violated,...).")
 @fleet_options
 @common
 @handled
+@detachable(ExperimentRequest)
 def experiment_cmd(store: Path, as_json: bool, request: Path, target: str | None, variant: str | None,
-                   stage: str | None, fleet: str | None, gpu_model: str | None) -> Outcome:
+                   stage: str | None, export_json: Path | None, export_md: Path | None, junit_path: Path | None,
+                   fail_on: str | None, fleet: str | None, gpu_model: str | None) -> Outcome:
     """Run one stage of a paired comparison of a candidate against the original or the champion.
 
     screen: few pairs, can reject or leave open, never accept. target: the formal test, one per
@@ -126,6 +143,7 @@ def experiment_cmd(store: Path, as_json: bool, request: Path, target: str | None
     accuracy, integrity or the run failed. With --fleet every
     look of the stage runs on one node (and one device) of the cluster: the node of the first.
     """
+    wanted = ci.parse_fail_on(fail_on)
     req, _ = ops.load_request(request, ExperimentRequest)
     req = ops.with_ids(req, target=target, variant=variant)
     if stage:
@@ -134,8 +152,31 @@ def experiment_cmd(store: Path, as_json: bool, request: Path, target: str | None
     reap_orphans(st)
     with open_executor(fleet, gpu_model) as executor:
         doc, code = experiment(st, req, _say(as_json), executor)
+    _ci_exports(st, doc, export_json, export_md, junit_path, wanted)
+    if wanted:
+        matched = ci.fail_on_matches(doc, wanted)
+        doc["fail_on"] = {"wanted": wanted, "matched": matched}
+        code = code or (int(Exit.FAILED) if matched else 0)
     notes = [f"{r['code']}: {r['message']}" for r in doc["reasons"]] + [f"supports: {doc['supports']['statement']}"]
+    if doc.get("fail_on", {}).get("matched"):
+        notes.append(f"--fail-on matched: {', '.join(doc['fail_on']['matched'])} (exit 1)")
     return Outcome(doc=doc, human=experiment_table(doc), exit_code=code, extra_human=notes)
+
+
+def _ci_exports(st: Store, doc: dict, export_json: Path | None, export_md: Path | None, junit_path: Path | None,
+                wanted: list[str]) -> None:
+    from ..canonical import canonical_bytes
+    from ..workflow.common import get_target
+
+    t, _ = get_target(st, doc["experiment_target"])
+    unit = t.objective.primary.unit if t.objective else ""
+    direction = t.objective.primary.direction if t.objective else "lower"
+    if export_json:
+        write_replace(export_json, canonical_bytes(ci.export_json(doc, unit, direction)))
+    if export_md:
+        write_replace(export_md, ci.export_markdown(doc, unit, direction).encode())
+    if junit_path:
+        write_replace(junit_path, ci.junit(doc, wanted))
 
 
 commands = [readiness_cmd, baseline_cmd, variant_cmd, experiment_cmd]

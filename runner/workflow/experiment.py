@@ -7,12 +7,15 @@ that decided anything is final for its (Target, candidate snapshot, reference)).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from operations import stats
 from operations.protocol import DriverResult
 
+from ..canonical import sha256_file
+from ..detach import event
 from ..errors import CkoError, Exit, bad_request
 from ..executor import LOCAL, Executor
 from ..identity import compare
@@ -189,10 +192,65 @@ def _measure(store: Store, t: Target, tref: Ref, s: Subjects, req: ExperimentReq
             break
         run.results.append(m.result)
         run.done = look
-        if plan.sequential is not None and _settled(decide(merge_results(run.results), plan, telemetry_input(
-                run.summaries, None))):
+        if plan.sequential is None:
+            continue
+        running = decide(merge_results(run.results), plan, telemetry_input(run.summaries, None))
+        look_event("look", req.stage, run.done, looks[-1], running)
+        if _settled(running):
             break
     return run
+
+
+def look_event(name: str, stage: str, done: int, planned: int, d: Decision) -> None:
+    """A progress event with the running estimate per case (an operation's events.jsonl)."""
+    event(name, stage=stage, pairs_done=done, pairs_planned=planned, stage_outcome=d.stage_outcome,
+          cases=[{"case": c.case, "pairs": c.pairs, "effect_pct": c.primary.get("effect_pct"),
+                  "ci_low_pct": c.primary.get("ci_low_pct"), "ci_high_pct": c.primary.get("ci_high_pct"),
+                  "case_verdict": c.primary.get("verdict")} for c in d.cases])
+
+
+def falsifier_doc(store: Store, req: ExperimentRequest) -> dict[str, Any] | None:
+    """The request's cheapest falsifier, with a reference to the record holding its result (exit 2 when
+    that record is not in this store)."""
+    f = req.cheapest_falsifier
+    if f is None:
+        return None
+    doc = f.model_dump(exclude_none=True)
+    if f.result is None:
+        return doc
+    check_id(f.result, "cheapest_falsifier.result")
+    for kind in ("experiments", "evidence", "variants", "baselines", "targets"):
+        path = store.root / kind / f"{f.result}.json"
+        if path.is_file():
+            return doc | {"result_ref": {"kind": kind[:-1], "id": f.result, "sha256": sha256_file(path)}}
+    inv = store.root / "invocations" / f.result / "result.json"
+    if inv.is_file():
+        return doc | {"result_ref": {"kind": "invocation", "id": f.result, "sha256": sha256_file(inv)}}
+    raise bad_request(f"cheapest_falsifier.result: no record {f.result} in this store", field="cheapest_falsifier.result")
+
+
+def announce_estimate(req: ExperimentRequest, pairs: int, progress: Progress) -> None:
+    e = req.estimated_cost
+    if e is None:
+        progress(f"{req.stage}: {pairs} pairs; no estimated cost given (estimated_cost)")
+        return
+    progress(f"{req.stage}: {pairs} pairs; estimated cost p50 {e.p50_s:g} s, p90 {e.p90_s:g} s, {e.gpus} GPU(s)")
+    event("estimate", stage=req.stage, pairs=pairs, **e.model_dump())
+
+
+def cost_doc(req: ExperimentRequest, t: Target, seconds: float, progress: Progress) -> dict[str, Any]:
+    """The actual cost next to the estimate, and where it fell."""
+    gpus = max(1, t.gpu.count) if t.gpu.required else 0
+    e = req.estimated_cost
+    actual = {"seconds": round(seconds, 2), "gpus": gpus}
+    if e is None:
+        vs = "no estimate"
+    else:
+        vs = "within p50" if seconds <= e.p50_s else ("within p90" if seconds <= e.p90_s else "beyond p90")
+    progress(f"{req.stage}: took {seconds:.1f} s on {gpus} GPU(s)"
+             + (f" (estimated p50 {e.p50_s:g} s, p90 {e.p90_s:g} s: {vs})" if e else ""))
+    event("cost", stage=req.stage, actual=actual, vs_estimate=vs)
+    return {"estimated": e.model_dump() if e else None, "actual": actual, "vs_estimate": vs}
 
 
 def _failure(m: Measured) -> Reason:
@@ -223,16 +281,21 @@ def experiment(store: Store, req: ExperimentRequest, progress: Progress,
     pairs, looks, seq_plan = _looks(t, req)
     s = _subjects(store, t, req)
     _refuse_repeat(store, t, s, req.stage)
+    falsifier = falsifier_doc(store, req)
     acquisition = req.acquisition or t.plan.acquisition
     ceiling, source = effective_ceiling(t.plan.load)
     aa = same_content(store, s.ref, s.cand)
     plan = DecidePlan(stage=req.stage, objective=t.objective, stats=t.plan, seed=req.seed, sequential=seq_plan,
                       gates=req.gates, ceiling=ceiling, ceiling_source=source, aa_control=aa)  # type: ignore[arg-type]
+    announce_estimate(req, pairs, progress)
+    started = time.monotonic()
     run = _measure(store, t, tref, s, req, plan, looks, acquisition, progress, executor)
     plan = plan.model_copy(update={"identity_mismatch": [str(x.get("field")) for x in run.mismatch]})
     merged = merge_results(run.results) if run.results and run.failure is None else None
     tel = telemetry_input(run.summaries, merged)
     d = decide(merged, plan, tel, run.failure)
+    look_event("estimate_final", req.stage, run.done, pairs, d)
+    cost = cost_doc(req, t, time.monotonic() - started, progress)
     samples_ref = None
     if merged is not None:
         so = store.put_json(merged)
@@ -253,7 +316,8 @@ def experiment(store: Store, req: ExperimentRequest, progress: Progress,
         else None, identity_mismatch=run.mismatch, cases=d.cases, primary_verdict=d.primary_verdict,
         constraint_verdicts=d.constraint_verdicts, outcome=d.stage_outcome, blocking_constraints=d.blocking_constraints,
         reasons=d.reasons, samples=samples_ref, ran_on=run.ran_on, claim_layer=layer,  # type: ignore[arg-type]
-        decision_plan=plan, load_input=tel, failure=run.failure, load=d.load)
+        decision_plan=plan, load_input=tel, failure=run.failure, load=d.load, hypothesis=req.hypothesis,
+        mechanism_key=req.mechanism_key, cheapest_falsifier=falsifier, cost=cost)
     ref = put_record(store, "experiments", eid, rec)
     code = int(Exit.FAILED) if d.stage_outcome in ("failed_run", "failed_accuracy", "integrity_violation") else 0
     return experiment_doc(rec, ref), code
@@ -279,11 +343,13 @@ def case_rows(rec: Experiment) -> list[dict[str, Any]]:
 
 def experiment_doc(rec: Experiment, ref: Ref) -> dict[str, Any]:
     outcome_text = rec.outcome + (f" ({', '.join(rec.blocking_constraints)})" if rec.blocking_constraints else "")
-    return {"experiment": ref.model_dump(), "stage": rec.stage, "stage_outcome": rec.outcome,
+    return {"experiment": ref.model_dump(), "experiment_target": rec.target.id, "stage": rec.stage, "stage_outcome": rec.outcome,
             "stage_outcome_text": outcome_text, "primary_verdict": rec.primary_verdict,
             "constraint_verdicts": rec.constraint_verdicts, "blocking_constraints": rec.blocking_constraints,
             "aa_control": rec.aa_control, "reasons": [r.model_dump() for r in rec.reasons],
             "reason_codes": [r.code for r in rec.reasons],
             "supports": supports(rec.stage, rec.outcome, rec.claim_layer, rec.aa_control),
             "load": [c.model_dump() for c in rec.load],
-            "ran_on": [r.model_dump(mode="json") for r in rec.ran_on], "cases": case_rows(rec)}
+            "ran_on": [r.model_dump(mode="json") for r in rec.ran_on], "cases": case_rows(rec),
+            "hypothesis": rec.hypothesis, "mechanism_key": rec.mechanism_key,
+            "cheapest_falsifier": rec.cheapest_falsifier, "cost": rec.cost}

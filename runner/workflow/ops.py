@@ -110,8 +110,9 @@ def readiness(store: Store, req: ReadinessRequest, base: Path, progress: Progres
             "ran_on": _ran_on_doc(m)}, int(Exit.DONE)
 
 
-def _ran_on_doc(m: Measured) -> dict[str, Any] | None:
-    return m.ran_on.model_dump(mode="json") if m.ran_on else None
+def _ran_on_doc(m: Measured) -> list[dict[str, Any]]:
+    """Where it ran, as a list like an experiment's (one entry per measurement invocation)."""
+    return [m.ran_on.model_dump(mode="json")] if m.ran_on else []
 
 
 def _reps(subject: str, case: str, n: int, start: int = 0) -> list[Any]:

@@ -143,6 +143,11 @@ class Experiment(Closed):
     load_input: Telemetry | None = None
     failure: Reason | None = None
     load: list[LoadCheck] = Field(default_factory=list)
+    # Why it ran (the request's fields, verbatim) and what it cost against the estimate
+    hypothesis: str | None = None
+    mechanism_key: str | None = None
+    cheapest_falsifier: dict[str, Any] | None = None  # the request's, with the result record's reference
+    cost: dict[str, Any] | None = None  # {"estimated": {...} | None, "actual": {seconds, gpus}, "vs_estimate"}
 
     @field_validator("reasons", mode="before")
     @classmethod

@@ -170,6 +170,36 @@ class Gate(Closed):
     max_abs: float | None = Field(default=None, gt=0)
 
 
+class CheapestFalsifier(Closed):
+    """The cheapest check that could have shown the hypothesis wrong, tried before this stage: what it
+    was and the record holding its result, or why there was none."""
+
+    tried: str | None = Field(default=None, max_length=500, description="what was tried")
+    result: str | None = Field(default=None, description="the id of the record holding its result (an "
+                               "experiment, evidence, variant or invocation id in this store)")
+    why_none: str | None = Field(default=None, max_length=500, description="why no cheaper check exists")
+
+    @model_validator(mode="after")
+    def _one(self) -> CheapestFalsifier:
+        if self.why_none is None and not (self.tried and self.result):
+            raise ValueError("give tried and result (the record of what was tried), or why_none")
+        if self.why_none is not None and (self.tried or self.result):
+            raise ValueError("give tried and result, or why_none, not both")
+        return self
+
+
+class EstimatedCost(Closed):
+    p50_s: float = Field(gt=0, description="median expected wall time of the stage, seconds")
+    p90_s: float = Field(gt=0, description="90th percentile expected wall time, seconds")
+    gpus: int = Field(default=0, ge=0, le=64)
+
+    @model_validator(mode="after")
+    def _order(self) -> EstimatedCost:
+        if self.p90_s < self.p50_s:
+            raise ValueError("p90_s must be at least p50_s")
+        return self
+
+
 class ExperimentRequest(Closed):
     target: str | None = None
     variant: str | None = None
@@ -184,3 +214,10 @@ class ExperimentRequest(Closed):
     sequential: bool = Field(default=False, description="target stage: stop early at pre-planned looks")
     claim_layer: ClaimLayer | None = Field(default=None, description="the claim this stage may support: the "
                                            "Target's layer (default) or a narrower one")
+    # Why the stage is run, recorded verbatim (README, "Why an experiment ran")
+    hypothesis: str | None = Field(default=None, max_length=2000, description="what the change should do and why")
+    mechanism_key: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_.:/-]{0,99}$", description=(
+        "a stable key for the mechanism (e.g. memory.coalescing, sass:ldg128) linking history and SASS signatures"))
+    cheapest_falsifier: CheapestFalsifier | None = None
+    estimated_cost: EstimatedCost | None = Field(default=None, description="printed before the stage runs and "
+                                                 "compared with the actual cost after")
