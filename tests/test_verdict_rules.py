@@ -231,7 +231,7 @@ def test_audit_answers_three_ways_with_matching_junit(env: dict, tmp_path: Path)
     held = a.json["targets"][env["t"]["a"]]["audit_experiment"]["experiment"]["id"]
     env["held_audit"] = held
     # could not check: the Target's image is not in the engine
-    lock = json.loads((ROOT / "images" / "images.lock").read_text())
+    lock = json.loads((ROOT / "cko-images.lock").read_text())
     lock["images"]["cpu"]["image_id"] = "sha256:" + "0" * 64
     (tmp_path / "images.lock").write_text(json.dumps(lock))
     a = run_cko("audit", "--junit", str(junit), "--json", store=store, env={"CKO_IMAGES_LOCK": str(tmp_path / "images.lock")})
