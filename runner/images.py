@@ -310,6 +310,8 @@ def resolve(name: str, client: Any) -> ImageEntry:
             raise unavailable(f"image {name} {pin} is not in the engine", code="image_missing", field="image")
         return ImageEntry(name=name, tag=pin, inputs_sha256="pinned", image_id=pin)
     entry = load_lock().images.get(name)
+    if entry is None and name not in known_recipes():
+        raise bad_request(f"unknown image {name!r}; known images: {', '.join(known_recipes())}", field="image")
     if entry is None:
         raise unavailable(f"image {name} is not built (no entry in {lock_path()}); run `cko images build {name}`",
                           code="image_missing", field="image")
