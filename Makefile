@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 CKO    := $(VENV)/bin/cko
 PYTHON ?= python3
 
-.PHONY: demo test venv native engine images lint typecheck unit gpu-test clean-store
+.PHONY: demo test venv native engine images registry lint typecheck unit gpu-test clean-store
 
 # The ray extra too, so that tests/test_fleet.py runs its real local Ray cluster instead of skipping:
 # ray[default], as users install it (plain ray lacks the grpcio Ray Client, ray://, needs).
@@ -40,8 +40,16 @@ native: venv
 engine:
 	@bash images/ensure-host.sh
 
+# Builds only what the lock lacks; a rebuild of the same inputs gives the same id and leaves
+# cko-images.lock as it is (so `make test` leaves `git status` clean).
 images: venv native engine
-	$(CKO) images build cpu --offline --if-missing
+	$(CKO) images build cpu --if-missing
+
+# Debian's registry, for tests/test_images_portable.py (push and pull by digest on localhost).
+registry:
+	@command -v docker-registry >/dev/null 2>&1 || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry >/dev/null; } || \
+	  echo "docker-registry not installable: the registry test will skip"
 
 lint: venv
 	$(VENV)/bin/ruff check runner operations knowledge tests benchmarks examples
@@ -50,7 +58,7 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
-test: images lint typecheck
+test: images registry lint typecheck
 	CKO_REQUIRE_DOCKER=1 CKO_REQUIRE_NATIVE=$$(command -v cc >/dev/null && echo 1 || echo 0) $(VENV)/bin/pytest -q
 
 # On the lent H200 (no package index, no Docker: .carry from tests/gpu/make_carry.sh brings both):

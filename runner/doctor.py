@@ -73,12 +73,12 @@ def diagnose() -> dict[str, Any]:
         rows = img.image_status(client)
     except CkoError as err:
         rows = []
-        blockers.append({"what": "images.lock", "reason": err.message, "next_step": "cko images build --offline"})
+        blockers.append({"what": "images.lock", "reason": err.message, "next_step": "cko images build cpu"})
     report["images"] = rows
     for r in rows:
         if r["name"] == "cpu" and not (r.get("present") and not r.get("stale")):
             why = "not built" if not r.get("locked") else ("stale" if r.get("stale") else "not in the engine")
-            blockers.append({"what": "image cpu", "reason": why, "next_step": "cko images build cpu --offline"})
+            blockers.append({"what": "image cpu", "reason": why, "next_step": "cko images build cpu"})
     hg = gpumod.host_gpus()
     report["gpu"] = {"available": hg.available, "reason": hg.reason, "driver_version": hg.driver_version,
                      "cuda_driver_version": hg.cuda_driver_version,
@@ -93,7 +93,7 @@ def diagnose() -> dict[str, Any]:
         cuda = next((r for r in rows if r["name"] == "cuda"), None)
         if not (cuda and cuda.get("present")):
             blockers.append({"what": "image cuda", "reason": "not built",
-                             "next_step": "docker compose build cuda (registry) or tests/gpu/prepare.sh (offline)"})
+                             "next_step": "cko images build cuda --base-image ID (tests/gpu/prepare.sh and build_cuda_base.sh on a GPU host)"})
         report["profiler"] = profiler_permission()
     else:
         report["profiler"] = {"readable": None, "reason": "no GPU"}

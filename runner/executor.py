@@ -71,7 +71,7 @@ class LocalExecutor:
                 {
                     "what": "image",
                     "reason": err.message,
-                    "next_step": f"cko images build {image}" + (" --offline" if image == "cpu" else ""),
+                    "next_step": f"cko images build {image}",
                 }
             )
         return blockers

@@ -31,9 +31,8 @@ def test_images_list_shows_the_locked_cpu_image() -> None:
     lock = json.loads(Path(r.json["lock"]).read_text())
     entry = lock["images"]["cpu"]
     assert entry["image_id"] == cpu["image_id"]
-    assert entry["build_inputs"]["wheels"] and entry["dockerfile_sha256"]
-    dockerfile = (Path(r.json["lock"]).parent / "cpu" / "Dockerfile").read_text()
-    assert "@sha256:" in dockerfile  # the FROM default is pinned by digest
+    assert entry["build_inputs"]["wheels"] and entry["reproducible"] is True
+    assert len(entry["build_inputs"]["layers"]) == 3  # debootstrap root, cko's venv, the supervisor
 
 
 @pytest.mark.docker

@@ -230,15 +230,8 @@ def test_audit_answers_three_ways_with_matching_junit(env: dict, tmp_path: Path)
     assert 'failures="0"' in junit.read_text() and 'errors="0"' in junit.read_text()
     held = a.json["targets"][env["t"]["a"]]["audit_experiment"]["experiment"]["id"]
     env["held_audit"] = held
-    # could not check: the Target's image is not in the engine
-    lock = json.loads((ROOT / "images" / "images.lock").read_text())
-    lock["images"]["cpu"]["image_id"] = "sha256:" + "0" * 64
-    (tmp_path / "images.lock").write_text(json.dumps(lock))
-    a = run_cko("audit", "--junit", str(junit), "--json", store=store, env={"CKO_IMAGES_LOCK": str(tmp_path / "images.lock")})
-    assert a.code == 5 and a.json["answer"] == "could_not_check", a.stdout[-3000:]
-    assert {c["code"] for c in a.json["checks"] if c["answer"] == "could_not_check"} == {"image_missing"}
-    xml = junit.read_text()
-    assert 'failures="0"' in xml and 'errors="2"' in xml and "<error" in xml
+    # could not check (the Target's exact image in none of engine, store, cache, registry) and the
+    # audit that runs in that image whatever the lock names now: tests/test_images_portable.py (issue 21)
     # does not hold: a champion pointer that names a variant the store does not have
     ptr = store / "champion" / f"{env['t']['b']}.json"
     saved = ptr.read_bytes()

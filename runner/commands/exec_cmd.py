@@ -48,7 +48,7 @@ def invocation_table(res: dict) -> Table:
 
 
 @click.command("exec", context_settings={"ignore_unknown_options": True})
-@click.option("--image", default="cpu", type=click.Choice(["cpu", "cuda"]), show_default=True)
+@click.option("--image", default="cpu", show_default=True, help="An image name from the lock (cpu, cuda, torch-cpu, a project recipe).")
 @click.option("--gpus", help="all, none, or a comma-separated list of GPU UUIDs (or indexes); with --fleet, a count.")
 @click.option("--gpu-mode", type=click.Choice(["nvidia", "cdi", "devices", "none"]),
               help="GPU passthrough mode (default: the best usable, see `cko doctor`).")

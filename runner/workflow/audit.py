@@ -11,11 +11,15 @@ Each check carries a reason code; the JUnit file agrees (failure / error).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, Literal
 from xml.etree import ElementTree as ET
 
+from .. import images as img
 from ..errors import CkoError, Exit
 from ..executor import LOCAL, Executor
+from ..imagemove import fetch_into_engine
 from ..store import Store
 from ..verify import verify_store
 from .champion import pointer_problems, pointer_targets, read_pointer
@@ -87,7 +91,8 @@ def _audit_target(store: Store, tid: str, progress: Progress, pairs: int | None,
                             seed=seed if seed is not None else ((recorded.plan.get("seed", 0) + 1) if recorded else 1))
     name = f"champion of {tid} ({ptr.variant.id}) against the original"
     try:
-        res, _ = experiment(store, req, progress, executor)
+        with _targets_image(store, t, executor, progress):
+            res, _ = experiment(store, req, progress, executor)
     except CkoError as exc:
         if exc.exit_code in (Exit.UNAVAILABLE, Exit.TIMED_OUT):
             return [_check(name, "could_not_check", exc.code, exc.message)]
@@ -101,6 +106,28 @@ def _audit_target(store: Store, tid: str, progress: Progress, pairs: int | None,
     code = next((r["code"] for r in res["reasons"]), outcome) if answer == "could_not_check" else outcome
     return [_check(name, answer, code, f"audit {res['experiment']['id']}: {res['stage_outcome_text']}"
                    + (f" [{codes}]" if codes else "") + "; " + _cases(res))]
+
+
+@contextlib.contextmanager
+def _targets_image(store: Store, t: Target, executor: Executor, progress: Progress) -> Iterator[None]:
+    """Run in the Target's exact image (not whatever the lock names now): loaded from the store's
+    archive, the cache or a registry when the engine lacks it, else could_not_check naming it."""
+    image_id = t.identity.image.id if t.identity and t.identity.image else None
+    if image_id is None or executor is not LOCAL:  # a fleet node checks its own image (runner/fleet.py)
+        yield
+        return
+    client = img.docker_client()
+    notes: list[str] = []
+    if not img.image_present(client, image_id):
+        if not fetch_into_engine(client, image_id, name=t.image, store_root=store.root, notes=notes):
+            raise CkoError(f"the Target's image {t.image} {image_id} is not in the engine, the store "
+                           f"({store.root / 'images'}), the cache or a registry"
+                           + (f" ({'; '.join(notes)})" if notes else "")
+                           + "; keep it with `cko images save` or set CKO_REGISTRY",
+                           exit_code=Exit.UNAVAILABLE, code="image_missing", field="image")
+        progress(f"image {t.image} {image_id[:19]}: {notes[-1]}")
+    with img.pinned(t.image, image_id):
+        yield
 
 
 def _cases(res: dict[str, Any]) -> str:

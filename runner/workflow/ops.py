@@ -6,6 +6,7 @@ one derived record that names, by reference, every record and object it rests on
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +93,7 @@ def readiness(store: Store, req: ReadinessRequest, base: Path, progress: Progres
                         telemetry=False, executor=executor)
     if m.failure:
         f = m.failure
-        block("smoke", f"{f.get('code')}: {f.get('message')} (field {f.get('field')})",
-              "fix the driver so it returns exactly the declared metrics, units and sample counts")
+        block("smoke", f"{f.get('code')}: {f.get('message')} (field {f.get('field')})", _smoke_step(f, req.image))
     elif m.result is not None:
         for s in m.result.series:
             if not s.accuracy.passed:
@@ -108,6 +108,20 @@ def readiness(store: Store, req: ReadinessRequest, base: Path, progress: Progres
     return {"ready": True, "target": ref.model_dump(), "snapshot": snap.sha256, "smoke": m.invocation.model_dump(),
             "identity": m.identity.model_dump(mode="json") if m.identity else None,
             "ran_on": _ran_on_doc(m)}, int(Exit.DONE)
+
+
+def _smoke_step(f: dict[str, Any], image: str) -> str:
+    """The cheapest next step: a module missing inside the container is the image's doing, not the driver's."""
+    text = f"{f.get('message')} {f.get('detail') or ''}"
+    mod = re.search(r"No module named '([A-Za-z0-9_.]+)'", text)
+    if mod:
+        top = mod.group(1).split(".")[0]
+        if top == "torch" and image != "torch-cpu":
+            return (f"image {image} has no torch: on CPU use \"image\": \"torch-cpu\" (cko images build torch-cpu), "
+                    "on a GPU the cuda image")
+        return (f"image {image} has no {top}: add it to a recipe (cko-images/NAME.yaml: base: cpu, packages: [{top}]), "
+                "`cko images build NAME`, and name that image in the request")
+    return "fix the driver so it returns exactly the declared metrics, units and sample counts"
 
 
 def _ran_on_doc(m: Measured) -> list[dict[str, Any]]:

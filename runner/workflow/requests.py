@@ -101,7 +101,7 @@ class ReadinessRequest(Closed):
     allowed_paths: list[str] = Field(default_factory=list, description="files a variant may change")
     exclude: list[str] = Field(default_factory=list, description="paths left out of the snapshot")
     driver: DriverCommand | None = None
-    image: Literal["cpu", "cuda"] = "cpu"
+    image: str = Field(default="cpu", pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")
     device: Literal["cpu", "cuda"] = "cpu"
     gpu: GpuRequirement = GpuRequirement()
     cases: list[Case] = Field(default_factory=list)

@@ -71,6 +71,11 @@ _cko_prepare() {
   ts=$(_dt "$t")
   export PYTHONPATH="/tmp/cko-site:$repo${PYTHONPATH:+:$PYTHONPATH}"
   export PYTHONUNBUFFERED=1
+  # a `cko` command, as a wheel install gives one (the host's python with the checkout and carried packages)
+  mkdir -p /tmp/cko-bin
+  printf '#!/bin/sh\nexport PYTHONPATH="/tmp/cko-site:%s${PYTHONPATH:+:$PYTHONPATH}"\nexec %s -m runner "$@"\n' \
+    "$repo" "$(command -v "$py")" > /tmp/cko-bin/cko && chmod 755 /tmp/cko-bin/cko
+  case ":$PATH:" in *":/tmp/cko-bin:"*) ;; *) export PATH="/tmp/cko-bin:$PATH" ;; esac
   # no package index there: image builds take the carried cp312 wheels (runner/images.py ensure_wheels)
   export CKO_WHEELHOUSE="$repo/.carry/wheels"
   # no cpu image there: parsers run in the cuda image (runner/operation.py)
@@ -78,7 +83,7 @@ _cko_prepare() {
   # the lock of the images built on this machine: outside the tree, which every device call lays anew
   # (a lock in the tree would name images this machine never had, and the next call would rebuild)
   export CKO_IMAGES_LOCK=/tmp/cko-images.lock
-  [ -s "$CKO_IMAGES_LOCK" ] || cp images/images.lock "$CKO_IMAGES_LOCK"
+  [ -s "$CKO_IMAGES_LOCK" ] || cp cko-images.lock "$CKO_IMAGES_LOCK"
 
   # 4. what cko sees
   t=$(_now)

@@ -82,9 +82,9 @@ t=$(now)
 if "${CKO[@]}" images list --json 2>/dev/null | "$PY" -c 'import json, sys
 d = json.load(sys.stdin)
 sys.exit(0 if any(i["name"] == "cuda" and i.get("present") and i.get("stale") is False for i in d["images"]) else 1)'; then
-  echo "the cuda image in images/images.lock is present and up to date: not rebuilt"
+  echo "the cuda image in cko-images.lock is present and up to date: not rebuilt"
   v=SKIP
-  echo "build_cuda_base: cuda image: up to date in images/images.lock, not rebuilt" > /tmp/cko-base.txt
+  echo "build_cuda_base: cuda image: up to date in cko-images.lock, not rebuilt" > /tmp/cko-base.txt
 else
   bash tests/gpu/build_cuda_base.sh
   rc=$?
@@ -218,7 +218,7 @@ fi
 
 # -- 4. start overhead -------------------------------------------------------------------------------
 step "overhead"
-IMG=$("$PY" -c 'import json; print(json.load(open(__import__("os").environ.get("CKO_IMAGES_LOCK", "images/images.lock")))["images"]["cuda"]["image_id"])' 2>/dev/null)
+IMG=$("$PY" -c 'import json; print(json.load(open(__import__("os").environ.get("CKO_IMAGES_LOCK", "cko-images.lock")))["images"]["cuda"]["image_id"])' 2>/dev/null)
 raw=() nog=() gpu=()
 for i in 1 2 3; do
   t=$(now); docker run --rm --network none --read-only --cap-drop ALL --security-opt no-new-privileges --init \
