@@ -11,6 +11,7 @@ returns its document as structured content; `is_error` is set when the exit code
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,10 @@ def serve(store: Path) -> None:
     tools = [types.Tool(name=n, description=f"{e['summary']}\n\n{e['help']}", input_schema=input_schema(e))
              for n, e in entries.items()]
 
+    from .images import lock_path
+
+    lock = lock_path()
+
     async def on_list_tools(ctx: Any, params: Any) -> Any:
         return types.ListToolsResult(tools=tools)
 
@@ -108,8 +113,11 @@ def serve(store: Path) -> None:
             return types.CallToolResult(content=[types.TextContent(type="text", text=f"unknown tool {params.name}")],
                                         is_error=True)
         argv, stdin, cwd = argv_for(entry, dict(params.arguments or {}), str(store.absolute()))
+        # A call runs where its request lives, but with the image lock the server found from its own
+        # working directory: the request's directory need not be inside the project.
+        env = {**os.environ, "CKO_IMAGES_LOCK": os.environ.get("CKO_IMAGES_LOCK") or str(lock)}
         proc = await anyio.run_process([sys.executable, "-m", "runner", *argv], input=(stdin or "").encode(),
-                                       cwd=cwd, check=False)
+                                       cwd=cwd, check=False, env=env)
         text = proc.stdout.decode(errors="replace")
         try:
             doc = json.loads(text)

@@ -405,8 +405,12 @@ def admit(plan: Plan, loaded: LoadedPolicy | None = None, staging: Path | None =
         mounts.append(AdmittedMount(source=str(src), target=m.target, read_only=m.read_only, origin=m.source))
     for wi, w in enumerate(plan.workers):  # a stage's workers: cko's own scratch, checked the same way
         for j, m in enumerate(w.mounts):
-            m.source = str(hostpath.admit_mount(policy, m.source, m.read_only, owned=owned, staging=staging,
-                                                index=1000 + 100 * wi + j))
+            src = hostpath.admit_mount(policy, m.source, m.read_only, owned=owned, staging=staging,
+                                       index=1000 + 100 * wi + j)
+            # cko's own scratch is mounted as it is; anything else is the checked copy (a check that
+            # stages into a temporary directory, as the fleet controller's does, leaves the plan alone)
+            if owned or staging is None:
+                m.source = str(src)
     return Admitted(plan=plan, mounts=tuple(mounts), limits=limits, timeout_s=timeout,
                     user=container_user(policy), policy=loaded, env=dict(plan.env))
 

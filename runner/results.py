@@ -230,6 +230,8 @@ RESULTS: dict[str, type[Envelope]] = {
     "schema": SchemaResult, "doctor": OpenResult, "images build": OpenResult, "images list": OpenResult,
     "knowledge query": OpenResult, "knowledge lint": OpenResult, "fleet status": OpenResult,
     "fleet run": OpenResult, "fleet combine": OpenResult,
+    "images save": OpenResult, "images load": OpenResult, "images push": OpenResult, "images pull": OpenResult,
+    "repair": OpenResult, "reap": OpenResult,
 }
 
 

@@ -50,6 +50,7 @@ def _mcp_loop(work: Path, store: Path) -> dict:
             for name, args in calls:
                 res = await s.call_tool(name, args)
                 out[name] = res
+            assert "target" in (out["readiness"].structured_content or {}), out["readiness"]
             tid = out["readiness"].structured_content["target"]["id"]
             out["baseline"] = await s.call_tool("baseline", {"request": {"seed": 1}, "target": tid})
             out["variant"] = await s.call_tool("variant", {"request": json.loads((work / "variant.json").read_text()),
