@@ -148,3 +148,27 @@ def test_stream_medians_cover_the_kept_pairs_only() -> None:
     assert kept == [0, 1, 2] and excluded == 1  # rep 3 started at 600 MHz: still ramping
     assert stream_median(ref, kept) == 200 and stream_median(cand, kept) == 20
     assert stream_median(series("c", [], settled), kept) is None  # a CPU clock records none
+
+
+@pytest.mark.docker
+def test_hand_written_driver_is_marked_and_needs_the_callers_word_to_be_selected(tmp_path: Path) -> None:
+    """A hand-written driver runs every subject in its own process: the result says harness_trusted,
+    and `champion select` refuses it unless the caller passes --allow-harness-trusted."""
+    store = tmp_path / "store"
+    r = run_cko("readiness", "--request", str(_request(tmp_path, "none")), "--json", store=store)
+    assert r.code == 0, r.stdout[-2000:]
+    tgt = r.json["target"]["id"]
+    vreq = tmp_path / "variant.json"
+    vreq.write_text(json.dumps({"path": str(ROOT / "examples" / "numpy-softmax" / "candidate"), "claim": "one buffer"}))
+    v = run_cko("variant", "--request", str(vreq), "--target", tgt, "--json", store=store)
+    assert v.code == 0, v.stdout
+    ereq = tmp_path / "target.json"
+    ereq.write_text(json.dumps({"stage": "target", "seed": 2, "pairs": 6}))
+    e = run_cko("experiment", "--request", str(ereq), "--target", tgt, "--variant", v.json["variant"]["id"], "--json",
+                store=store, timeout=600)
+    assert e.code == 0, e.stdout[-2000:]
+    exp = json.loads((store / "experiments" / f"{e.json['experiment']['id']}.json").read_text())
+    assert exp["plan"]["boundary"] == "harness_trusted"
+    sel = run_cko("champion", "select", "--experiment", e.json["experiment"]["id"], "--json", store=store)
+    assert sel.code == 1
+    assert "harness_trusted" in [m["code"] for m in sel.json["detail"]["missing"]], sel.stdout

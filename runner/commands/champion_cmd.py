@@ -40,14 +40,16 @@ def show_cmd(store: Path, as_json: bool, target: str | None) -> Outcome:
 @champion.command("select")
 @click.option("--experiment", "experiment", required=True, help="The formal target stage that accepted.")
 @click.option("--reason", default="selected by the caller", show_default=True)
+@click.option("--allow-harness-trusted", is_flag=True,
+              help="Take evidence from a hand-written driver (the candidate shared the harness's process).")
 @common
 @handled
-def select_cmd(store: Path, as_json: bool, experiment: str, reason: str) -> Outcome:
+def select_cmd(store: Path, as_json: bool, experiment: str, reason: str, allow_harness_trusted: bool) -> Outcome:
     """Make an experiment's candidate its Target's champion. Needs the formal target stage of that
     candidate with outcome accepted (primary accepted and every constraint ok), a verdict the stored
     samples give again, a passed accuracy gate and a comparable identity; otherwise exit 1 with the
     missing evidence by code. The Target's pointer is replaced by compare-and-swap."""
-    doc, code = champion_mod.select(Store(store, create=False), experiment, reason)
+    doc, code = champion_mod.select(Store(store, create=False), experiment, reason, allow_harness_trusted)
     stages = ", ".join(f"{s['stage']} {s['experiment']['id']}: {s['outcome']}" for s in doc["stages"])
     return Outcome(doc=doc, human=f"champion of {doc['target']}: {doc['champion']['variant']['id']} "
                    f"(selection {doc['selection']['id']})", exit_code=code,

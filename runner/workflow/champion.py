@@ -7,6 +7,7 @@ audit, verify), never read as "no champion".
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,17 @@ def _ledger_problem(store: Store, kind: str, rid: str) -> str | None:
     return None
 
 
+def boundary_of(store: Store, e: Experiment) -> str:
+    """How the stage's subjects were measured: "workers" (the trust boundary) or "harness_trusted"
+    (records without the field predate the boundary: every subject shared the harness's process)."""
+    if e.samples is None:
+        return "harness_trusted"
+    try:
+        return str(json.loads(store.read_object(e.samples.sha256)).get("boundary", "harness_trusted"))
+    except (OSError, ValueError):
+        return "harness_trusted"
+
+
 def _evidence_problems(store: Store, e: Experiment, t: Target) -> list[Reason]:
     """Why `e` cannot make its candidate the champion (empty: it can)."""
     from .experiment import formal_target, stages_of
@@ -142,6 +154,10 @@ def _evidence_problems(store: Store, e: Experiment, t: Target) -> list[Reason]:
                           "and case"))
     if e.aa_control:
         out.append(Reason(code="aa_control", message="it is an A/A control (the candidate is its reference by content)"))
+    if boundary_of(store, e) == "harness_trusted":
+        out.append(Reason(code="harness_trusted", message="its candidate shared the harness's process (a hand-written "
+                          "driver): nothing kept it from steering the verdict; select with --allow-harness-trusted "
+                          "to take it anyway (recorded)"))
     if e.variant is None:
         out.append(Reason(code="no_variant", message="it names no variant"))
     return out
@@ -159,13 +175,17 @@ def _reference_problems(store: Store, e: Experiment, t: Target, current: str | N
     return []
 
 
-def select(store: Store, experiment_id: str, reason: str) -> tuple[dict[str, Any], int]:
+def select(store: Store, experiment_id: str, reason: str,
+           allow_harness_trusted: bool = False) -> tuple[dict[str, Any], int]:
     from .experiment import stages_of, supports
 
     check_id(experiment_id, "experiment")
     e, eref_d = store.get_record("experiments", experiment_id, Experiment)
     t, tref = store.get_record("targets", e.target.id, Target, sha256=e.target.sha256)
     missing = _evidence_problems(store, e, t)
+    if allow_harness_trusted and any(m.code == "harness_trusted" for m in missing):
+        missing = [m for m in missing if m.code != "harness_trusted"]
+        reason = f"harness-trusted evidence taken by the caller's choice: {reason}"
     with store.writer():
         _, current = read_pointer(store, t.id)
         missing += _reference_problems(store, e, t, current)
