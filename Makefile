@@ -53,13 +53,14 @@ registry:
 
 lint: venv
 	$(VENV)/bin/ruff check runner operations knowledge tests benchmarks examples
+	$(VENV)/bin/ruff format --check runner operations knowledge tests benchmarks examples
 	$(CKO) knowledge lint
 
-typecheck: venv
+typecheck: venv  # strict: pyproject.toml [tool.mypy]
 	$(VENV)/bin/mypy
 
 test: images registry lint typecheck
-	CKO_REQUIRE_DOCKER=1 CKO_REQUIRE_NATIVE=$$(command -v cc >/dev/null && echo 1 || echo 0) $(VENV)/bin/pytest -q
+	CKO_REQUIRE_DOCKER=1 CKO_REQUIRE_NATIVE=$$(command -v cc >/dev/null && echo 1 || echo 0) $(VENV)/bin/pytest -q --durations=20
 
 # On the lent H200 (no package index, no Docker: .carry from tests/gpu/make_carry.sh brings both):
 # the engine, the cuda image, then every test marked gpu. See tests/gpu/README.md.

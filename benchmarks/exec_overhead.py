@@ -43,32 +43,70 @@ def main() -> None:
     image_id = images.resolve("cpu", client).image_id
     store = Store(tempfile.mkdtemp(prefix="cko-bench-"))
     bare = timed(lambda: subprocess.run(["true"], check=True), args.runs)
-    docker_cmd = ["docker", "run", "--rm", "--network", "none", "--read-only", "--cap-drop", "ALL",
-                  "--security-opt", "no-new-privileges", "--user", "65534:65534", "--tmpfs", "/tmp",
-                  "--memory", "4g", "--pids-limit", "1024", "--init", image_id, "true"]
+    docker_cmd = [
+        "docker",
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--read-only",
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+        "--user",
+        "65534:65534",
+        "--tmpfs",
+        "/tmp",
+        "--memory",
+        "4g",
+        "--pids-limit",
+        "1024",
+        "--init",
+        image_id,
+        "true",
+    ]
     docker = timed(lambda: subprocess.run(docker_cmd, check=True, capture_output=True), args.runs)
     api = timed(lambda: execute(store, Plan(op="exec", command=["true"], label="bench")), args.runs)
-    api_nowrap = timed(lambda: execute(store, Plan(op="exec", command=["true"], label="bench", wrap=False)),
-                       args.runs)
-    cli = timed(lambda: subprocess.run([sys.executable, "-m", "runner", "exec", "--store", str(store.root), "--",
-                                        "true"], check=True, capture_output=True, cwd=ROOT), args.runs)
-    med = {k: statistics.median(v) for k, v in
-           {"bare subprocess `true`": bare, "bare `docker run --rm` (same hardening)": docker,
-            "cko invocation, no probe (API)": api_nowrap, "cko invocation with probe (API)": api,
-            "`cko exec -- true` (CLI, new process)": cli}.items()}
+    api_nowrap = timed(
+        lambda: execute(store, Plan(op="exec", command=["true"], label="bench", wrap=False)), args.runs
+    )
+    cli = timed(
+        lambda: subprocess.run(
+            [sys.executable, "-m", "runner", "exec", "--store", str(store.root), "--", "true"],
+            check=True,
+            capture_output=True,
+            cwd=ROOT,
+        ),
+        args.runs,
+    )
+    med = {
+        k: statistics.median(v)
+        for k, v in {
+            "bare subprocess `true`": bare,
+            "bare `docker run --rm` (same hardening)": docker,
+            "cko invocation, no probe (API)": api_nowrap,
+            "cko invocation with probe (API)": api,
+            "`cko exec -- true` (CLI, new process)": cli,
+        }.items()
+    }
     print(f"{'what':48s} {'median s':>9s}   (n={args.runs})")
     for k, v in med.items():
         print(f"{k:48s} {v:9.3f}")
     base = med["bare `docker run --rm` (same hardening)"]
-    print(f"cko's own overhead over docker run: API no probe {med['cko invocation, no probe (API)'] - base:+.3f} s, "
-          f"API with probe {med['cko invocation with probe (API)'] - base:+.3f} s, "
-          f"CLI {med['`cko exec -- true` (CLI, new process)'] - base:+.3f} s")
+    print(
+        f"cko's own overhead over docker run: API no probe {med['cko invocation, no probe (API)'] - base:+.3f} s, "
+        f"API with probe {med['cko invocation with probe (API)'] - base:+.3f} s, "
+        f"CLI {med['`cko exec -- true` (CLI, new process)'] - base:+.3f} s"
+    )
     # An idle wait for a lock: the waiter should use (almost) no CPU.
     lock = FileLock(Path(store.root) / "bench.lock")
-    code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r})\n"
-            "from runner.locks import FileLock\n"
-            f"with FileLock({str(lock.path)!r}).hold(timeout=5, what='x'):\n"
-            "    print('held', flush=True); time.sleep(3)\n")
+    code = (
+        f"import sys, time; sys.path.insert(0, {str(ROOT)!r})\n"
+        "from runner.locks import FileLock\n"
+        f"with FileLock({str(lock.path)!r}).hold(timeout=5, what='x'):\n"
+        "    print('held', flush=True); time.sleep(3)\n"
+    )
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None
     holder.stdout.readline()

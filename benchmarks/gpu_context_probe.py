@@ -46,7 +46,9 @@ def probe_ms(n: int = 200) -> tuple[float, float]:
 
 
 def beside(mode: str) -> tuple[float, float]:
-    child = {"busy": "busy", "init-only stopped": "initonly", "init-only frozen": "initonly"}.get(mode, "idle")
+    child = {"busy": "busy", "init-only stopped": "initonly", "init-only frozen": "initonly"}.get(
+        mode, "idle"
+    )
     p = subprocess.Popen([sys.executable, "-c", CHILD, child], stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None and p.stdout.readline().strip() == "ready"
     if mode.endswith("stopped"):
@@ -74,8 +76,11 @@ def beside(mode: str) -> tuple[float, float]:
 def main() -> None:
     rows = [("alone", probe_ms())]
     modes = ["idle", "stopped", "busy", "init-only stopped"]
-    if os.geteuid() == 0 and os.path.exists("/sys/fs/cgroup/cgroup.freeze") is False and \
-            os.path.exists("/sys/fs/cgroup/cgroup.subtree_control"):
+    if (
+        os.geteuid() == 0
+        and os.path.exists("/sys/fs/cgroup/cgroup.freeze") is False
+        and os.path.exists("/sys/fs/cgroup/cgroup.subtree_control")
+    ):
         modes += ["frozen", "init-only frozen"]
     for mode in modes:
         rows.append((f"beside a {mode} process", beside(mode)))

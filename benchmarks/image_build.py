@@ -27,8 +27,12 @@ def build(home: Path, lock: Path) -> tuple[float, dict]:
 
     env = os.environ | {"CKO_HOME": str(home), "CKO_IMAGES_LOCK": str(lock), "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "runner", "images", "build", "cpu", "--offline", "--json"],
-                       env=env, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "runner", "images", "build", "cpu", "--offline", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     dt = time.perf_counter() - t0
     if r.returncode:
         raise SystemExit(f"build failed: {r.stderr[-2000:]}")
@@ -42,7 +46,9 @@ def main() -> None:
     rows = []
     if not args.skip_cold:
         home = Path(tempfile.mkdtemp(prefix="cko-imgbench-"))
-        shutil.copytree(ROOT / "operations", home / "operations", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            ROOT / "operations", home / "operations", ignore=shutil.ignore_patterns("__pycache__")
+        )
         (home / "images").mkdir()
         shutil.copytree(ROOT / "images" / "cpu", home / "images" / "cpu")
         shutil.copy(ROOT / "images" / "requirements-cpu.txt", home / "images")
@@ -51,7 +57,9 @@ def main() -> None:
         rows.append(("cold (debootstrap + wheelhouse + build)", dt, entry["size_bytes"]))
         dt, entry = build(home, home / "images" / "images.lock")
         rows.append(("warm (same inputs, cached base and layers)", dt, entry["size_bytes"]))
-        (home / "operations" / "probe.py").write_text((home / "operations" / "probe.py").read_text() + "\n# touched\n")
+        (home / "operations" / "probe.py").write_text(
+            (home / "operations" / "probe.py").read_text() + "\n# touched\n"
+        )
         dt, entry = build(home, home / "images" / "images.lock")
         rows.append(("warm after an operations/ change", dt, entry["size_bytes"]))
         shutil.rmtree(home, ignore_errors=True)

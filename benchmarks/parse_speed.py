@@ -185,7 +185,9 @@ def main(argv: list[str]) -> int:
         if trace_native.available():
             _f, s = timed(lambda: torch_trace.parse_torch_trace(t), a.repeat)
             del _f
-            rows_out.append(("torch trace (compiled scanner)", what, f"{s:.2f} s", f"{n / s:,.0f} events/s", goal))
+            rows_out.append(
+                ("torch trace (compiled scanner)", what, f"{s:.2f} s", f"{n / s:,.0f} events/s", goal)
+            )
             what = goal = ""
             _f, s = timed(lambda: torch_trace.scan_native(data, torch_trace.DEFAULT_MAX_EVENTS), a.repeat)
             assert _f is not None, "the compiled scanner declined this trace"

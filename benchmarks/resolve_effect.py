@@ -31,7 +31,9 @@ from operations import stats  # noqa: E402
 
 
 def cko(*args: str) -> dict:
-    r = subprocess.run([sys.executable, "-m", "runner", *args, "--json"], capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "runner", *args, "--json"], capture_output=True, text=True, cwd=ROOT
+    )
     if r.returncode != 0:
         raise SystemExit(f"cko {' '.join(args)} failed: {r.stdout[-1500:]} {r.stderr[-1500:]}")
     return json.loads(r.stdout)
@@ -52,8 +54,9 @@ def main() -> None:
     store = tmp / "store"
     t0 = time.perf_counter()
     tgt = cko("readiness", "--request", str(work / "readiness.json"), "--store", str(store))["target"]["id"]
-    (work / "b.json").write_text(json.dumps({"samples_per_case": 2 * args.aa_pairs, "aa_pairs": args.aa_pairs,
-                                             "seed": 1}))
+    (work / "b.json").write_text(
+        json.dumps({"samples_per_case": 2 * args.aa_pairs, "aa_pairs": args.aa_pairs, "seed": 1})
+    )
     b = cko("baseline", "--request", str(work / "b.json"), "--target", tgt, "--store", str(store))
     measure_s = time.perf_counter() - t0
     rec = json.loads((store / "baselines" / f"{b['baseline']['id']}.json").read_text())
@@ -67,10 +70,14 @@ def main() -> None:
     per_pair_s = float(np.median(np.concatenate([a, c]))) * 2 / 1e3
     rng = np.random.default_rng(0)
     gain = 1 + args.effect / 100
-    print(f"real A/A data: {len(a)} pairs, median {np.median(a):.3f} ms, pair log-ratio sd "
-          f"{np.std(np.log(a / c)):.4f}, unpaired sd {np.std(np.log(solo)):.4f} (measured in {measure_s:.0f} s)")
-    print(f"{'pairs/runs N':>12s} | {'cko accept (true +2%)':>22s} {'cko FP (A/A)':>13s} | "
-          f"{'mean-of-N speedup>1.0':>22s} {'FP (A/A)':>9s} | {'speedup>1.02 FP':>15s}")
+    print(
+        f"real A/A data: {len(a)} pairs, median {np.median(a):.3f} ms, pair log-ratio sd "
+        f"{np.std(np.log(a / c)):.4f}, unpaired sd {np.std(np.log(solo)):.4f} (measured in {measure_s:.0f} s)"
+    )
+    print(
+        f"{'pairs/runs N':>12s} | {'cko accept (true +2%)':>22s} {'cko FP (A/A)':>13s} | "
+        f"{'mean-of-N speedup>1.0':>22s} {'FP (A/A)':>9s} | {'speedup>1.02 FP':>15s}"
+    )
     need = None
     for n in (6, 10, 15, 20, 30, 45, 60):
         if n > len(a):
@@ -79,21 +86,33 @@ def main() -> None:
         for trial in range(args.trials):
             idx = rng.choice(len(a), size=n, replace=True)
             ra, rc = a[idx], c[idx]
-            acc += stats.compare(ra, rc / gain, direction="lower", min_effect_pct=1.0, seed=trial,
-                                 resamples=500).verdict == "accepted"
-            fp += stats.compare(ra, rc, direction="lower", min_effect_pct=1.0, seed=trial,
-                                resamples=500).verdict == "accepted"
+            acc += (
+                stats.compare(
+                    ra, rc / gain, direction="lower", min_effect_pct=1.0, seed=trial, resamples=500
+                ).verdict
+                == "accepted"
+            )
+            fp += (
+                stats.compare(
+                    ra, rc, direction="lower", min_effect_pct=1.0, seed=trial, resamples=500
+                ).verdict
+                == "accepted"
+            )
             ua, uc = rng.choice(solo, size=n), rng.choice(solo, size=n)
             kb += ua.mean() / (uc / gain).mean() > 1.0
             kb_fp += ua.mean() / uc.mean() > 1.0
             kb2_fp += ua.mean() / uc.mean() > 1.02
         T = args.trials
-        print(f"{n:12d} | {acc / T:22.2f} {fp / T:13.3f} | {kb / T:22.2f} {kb_fp / T:9.2f} | {kb2_fp / T:15.2f}")
+        print(
+            f"{n:12d} | {acc / T:22.2f} {fp / T:13.3f} | {kb / T:22.2f} {kb_fp / T:9.2f} | {kb2_fp / T:15.2f}"
+        )
         if need is None and acc / T >= 0.8:
             need = n
     if need:
-        print(f"cko resolves a {args.effect:g}% gain with >= 80% power at {need} pairs: about "
-              f"{need * per_pair_s:.1f} s of workload time (+ one container start)")
+        print(
+            f"cko resolves a {args.effect:g}% gain with >= 80% power at {need} pairs: about "
+            f"{need * per_pair_s:.1f} s of workload time (+ one container start)"
+        )
     else:
         print(f"cko needs more than {len(a)} pairs for {args.effect:g}% on this machine (noise above)")
     shutil.rmtree(tmp, ignore_errors=True)

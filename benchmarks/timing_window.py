@@ -45,8 +45,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--rows", type=int, default=32768)
     ap.add_argument("--cols", type=int, default=4096)
-    ap.add_argument("--sched", choices=["auto", "spin", "yield", "blocking"], default="auto",
-                    help="the primary context's host wait (cuDevicePrimaryCtxSetFlags, before torch makes it)")
+    ap.add_argument(
+        "--sched",
+        choices=["auto", "spin", "yield", "blocking"],
+        default="auto",
+        help="the primary context's host wait (cuDevicePrimaryCtxSetFlags, before torch makes it)",
+    )
     a = ap.parse_args(argv)
     if a.sched != "auto":
         import ctypes
@@ -71,7 +75,9 @@ def main(argv: list[str]) -> int:
         return 2
     from operations.driver import _TorchCuda
 
-    spec = importlib.util.spec_from_file_location("reduce_driver", ROOT / "examples" / "cuda-reduce" / "driver.py")
+    spec = importlib.util.spec_from_file_location(
+        "reduce_driver", ROOT / "examples" / "cuda-reduce" / "driver.py"
+    )
     assert spec and spec.loader
     drv: Any = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(drv)
@@ -86,10 +92,14 @@ def main(argv: list[str]) -> int:
     for sid, path in (("original", ex), ("candidate", ex / "candidate")):
         runs[sid] = functools.partial(drv.run, drv.load(sid, path, "kernel.cu"), inputs)
     gb = drv.min_bytes({"rows": a.rows, "cols": a.cols}) / 1e9
-    print(f"timing window on {torch.cuda.get_device_name()} (host wait: {a.sched}): cuda-reduce {a.rows}x{a.cols} f32 "
-          f"({gb:.3f} GB moved), median of {a.reps}")
-    print(f"{'subject':12} {'window us':>10} {'events us':>10} {'stream x20 us':>14} {'window - events':>16} "
-          f"{'TB/s (x20)':>11}")
+    print(
+        f"timing window on {torch.cuda.get_device_name()} (host wait: {a.sched}): cuda-reduce {a.rows}x{a.cols} f32 "
+        f"({gb:.3f} GB moved), median of {a.reps}"
+    )
+    print(
+        f"{'subject':12} {'window us':>10} {'events us':>10} {'stream x20 us':>14} {'window - events':>16} "
+        f"{'TB/s (x20)':>11}"
+    )
     for name, fn in runs.items():
         for _ in range(3):  # warm: build, first launch, clocks
             clock.time(fn)

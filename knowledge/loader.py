@@ -72,7 +72,7 @@ def _construct_mapping(
 ) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 "while constructing a mapping",
@@ -86,7 +86,7 @@ def _construct_mapping(
 
 def _construct_timestamp_as_text(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> str:
     # Dates stay text here; the card model parses them (and reports an impossible date as a field error).
-    return str(loader.construct_scalar(node))  # type: ignore[no-untyped-call]
+    return str(loader.construct_scalar(node))
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)

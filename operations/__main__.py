@@ -15,7 +15,9 @@ import sys
 def available() -> list[str]:
     from . import ops
 
-    return sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules(ops.__path__) if not m.name.startswith("_"))
+    return sorted(
+        m.name.replace("_", "-") for m in pkgutil.iter_modules(ops.__path__) if not m.name.startswith("_")
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -69,7 +69,9 @@ def encode(value: Any, directory: Path, host_only: bool = False) -> dict[str, An
         elif isinstance(v, np.ndarray):
             arr = np.ascontiguousarray(v)
         else:
-            raise CodecError(f"cannot pass a {type(v).__name__} between processes (arrays, tensors, scalars only)")
+            raise CodecError(
+                f"cannot pass a {type(v).__name__} between processes (arrays, tensors, scalars only)"
+            )
         if arr.dtype.kind not in KINDS:
             raise CodecError(f"dtype {arr.dtype} cannot be passed (numbers only)")
         counter[0] += 1

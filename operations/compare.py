@@ -39,7 +39,11 @@ def compare(output: Any, expected: Any) -> tuple[float, float, str]:
         return float("inf"), float("inf"), f"shape {out.shape} != reference {ref.shape}"
     finite = np.isfinite(out)
     if not finite.all():
-        return float("inf"), float("inf"), f"{int((~finite).sum())} non-finite output element(s) (NaN/Inf or unwritten)"
+        return (
+            float("inf"),
+            float("inf"),
+            f"{int((~finite).sum())} non-finite output element(s) (NaN/Inf or unwritten)",
+        )
     diff = out - ref
     denom = float(np.linalg.norm(ref))
     rel = float(np.linalg.norm(diff)) / (denom if denom > 0 else 1.0)

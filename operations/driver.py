@@ -54,6 +54,7 @@ from .protocol import (
     DriverResult,
     Series,
 )
+from .timing import TIMERS, SmClock, choose  # noqa: F401  (TIMERS: part of the helper's surface)
 
 _perf_ns = time.perf_counter_ns  # captured before any subject code is imported
 
@@ -103,8 +104,12 @@ class _Backend:
 
     def guarded(self) -> dict[str, Any]:
         """The timing functions as the modules hold them now (compared with a copy taken at start)."""
-        return {"time.perf_counter_ns": time.perf_counter_ns, "time.perf_counter": time.perf_counter,
-                "time.monotonic_ns": time.monotonic_ns, "time.time_ns": time.time_ns}
+        return {
+            "time.perf_counter_ns": time.perf_counter_ns,
+            "time.perf_counter": time.perf_counter,
+            "time.monotonic_ns": time.monotonic_ns,
+            "time.time_ns": time.time_ns,
+        }
 
 
 class _DeviceEvents(_Backend):
@@ -140,7 +145,12 @@ class _DeviceEvents(_Backend):
             w1 = _perf_ns()
         finally:
             gc.enable()
-        return out, int(self.elapsed_ms(start, end) * 1e6), w1 - w0, int(self.elapsed_ms(start, returned) * 1e6)
+        return (
+            out,
+            int(self.elapsed_ms(start, end) * 1e6),
+            w1 - w0,
+            int(self.elapsed_ms(start, returned) * 1e6),
+        )
 
 
 class _TorchCuda(_DeviceEvents):
@@ -158,10 +168,12 @@ class _TorchCuda(_DeviceEvents):
 
     def guarded(self) -> dict[str, Any]:
         torch = self.torch
-        return super().guarded() | {"torch.cuda.synchronize": torch.cuda.synchronize,
-                                    "torch.cuda.Event": torch.cuda.Event,
-                                    "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
-                                    "torch.cuda.Event.record": torch.cuda.Event.record}
+        return super().guarded() | {
+            "torch.cuda.synchronize": torch.cuda.synchronize,
+            "torch.cuda.Event": torch.cuda.Event,
+            "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+            "torch.cuda.Event.record": torch.cuda.Event.record,
+        }
 
 
 class _CupyCuda(_DeviceEvents):
@@ -180,74 +192,46 @@ class _CupyCuda(_DeviceEvents):
 
     def guarded(self) -> dict[str, Any]:
         cupy = self.cupy
-        return super().guarded() | {"cupy.cuda.runtime.deviceSynchronize": cupy.cuda.runtime.deviceSynchronize,
-                                    "cupy.cuda.Event": cupy.cuda.Event,
-                                    "cupy.cuda.Event.record": cupy.cuda.Event.record,
-                                    "cupy.cuda.get_elapsed_time": cupy.cuda.get_elapsed_time}
-
-
-TIMERS = ("auto", "torch", "cupy")
+        return super().guarded() | {
+            "cupy.cuda.runtime.deviceSynchronize": cupy.cuda.runtime.deviceSynchronize,
+            "cupy.cuda.Event": cupy.cuda.Event,
+            "cupy.cuda.Event.record": cupy.cuda.Event.record,
+            "cupy.cuda.get_elapsed_time": cupy.cuda.get_elapsed_time,
+        }
 
 
 def _backend(device: str, timer: str = "auto") -> _Backend:
-    """perf_counter_ns on the CPU; on a GPU CUDA events through torch, or CuPy (`timer`; auto: torch
-    when it sees a GPU, else CuPy)."""
-    if timer not in TIMERS:
-        raise ValueError(f"timer {timer!r}: one of {', '.join(TIMERS)}")
-    if device != "cuda":
-        return _Backend()
-    if timer in ("auto", "torch"):
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                return _TorchCuda()
-        except ImportError:
-            pass
-        if timer == "torch":
-            raise RuntimeError("device cuda with timer torch, but torch with CUDA is not available in this container")
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() > 0:
-            return _CupyCuda()
-    except Exception:  # CuPy absent, or present with no usable device
-        pass
-    raise RuntimeError(f"device cuda requested but neither torch nor CuPy with CUDA is available (timer {timer})")
-
-
-class _Clocks:
-    """SM clock via NVML inside the container (where the driver library is mounted)."""
-
-    def __init__(self, device: str) -> None:
-        self.handle = None
-        if device != "cuda":
-            return
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self.nvml = pynvml
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        except Exception:
-            self.handle = None
-
-    def sm(self) -> int | None:
-        if self.handle is None:
-            return None
-        try:
-            return int(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
-        except Exception:
-            return None
+    """The worker's rule (operations/timing.py), with this helper's guarded clocks."""
+    return choose(device, timer, (_Backend, _TorchCuda, _CupyCuda))
 
 
 # Modules whose functions the harness, the timing and the accuracy check rely on: a subject that
 # replaces any of their attributes (to fake a timer, a sync, or the reference's arithmetic) is caught.
-GUARDED_MODULES = ("builtins", "time", "gc", "threading", "numpy", "numpy.linalg", "numpy.random", "math",
-                   "torch", "torch.cuda", "torch.linalg", "cupy", "operations.driver", "operations.protocol")
+GUARDED_MODULES = (
+    "builtins",
+    "time",
+    "gc",
+    "threading",
+    "numpy",
+    "numpy.linalg",
+    "numpy.random",
+    "math",
+    "torch",
+    "torch.cuda",
+    "torch.linalg",
+    "cupy",
+    "operations.driver",
+    "operations.protocol",
+    "operations.timing",
+)
 # Classes whose methods the reference and the comparison call (`x.double()`, `t.cpu().numpy()`): a
 # module's snapshot holds the class object, which stays the same when one of its methods is swapped.
-GUARDED_CLASSES = (("torch", "Tensor"), ("torch.cuda", "Event"), ("torch.cuda", "Stream"), ("cupy", "ndarray"))
+GUARDED_CLASSES = (
+    ("torch", "Tensor"),
+    ("torch.cuda", "Event"),
+    ("torch.cuda", "Stream"),
+    ("cupy", "ndarray"),
+)
 
 
 def _guarded_classes() -> list[type]:
@@ -323,13 +307,18 @@ def environment() -> dict[str, str]:
     return env
 
 
-def drive(req: DriverRequest, make_inputs: Callable[..., Any], run: Callable[[Any, Any], Any],
-          reference: Callable[[Any, Any], Any], load: Callable[[str, str, str], Any] | None = None,
-          extra_metrics: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]] | None = None,
-          timer: str = "auto") -> DriverResult:
+def drive(
+    req: DriverRequest,
+    make_inputs: Callable[..., Any],
+    run: Callable[[Any, Any], Any],
+    reference: Callable[[Any, Any], Any],
+    load: Callable[[str, str, str], Any] | None = None,
+    extra_metrics: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]] | None = None,
+    timer: str = "auto",
+) -> DriverResult:
     """Follow the request's schedule and return the result (no I/O: `main` does that)."""
     backend = _backend(req.device, timer)
-    clocks = _Clocks(req.device)
+    clocks = SmClock(req.device)
     loader = load or load_subject
     impls: dict[str, Any] = {}
     guarded = backend.guarded()
@@ -345,7 +334,9 @@ def drive(req: DriverRequest, make_inputs: Callable[..., Any], run: Callable[[An
         elif m.name in extra:
             units[m.name] = extra[m.name][0]
         else:
-            raise ValueError(f"metric {m.name!r} ({m.unit}) is not a time metric and no extra_metrics function gives it")
+            raise ValueError(
+                f"metric {m.name!r} ({m.unit}) is not a time metric and no extra_metrics function gives it"
+            )
     per: dict[tuple[str, str], dict[str, Any]] = {}
     warmed: set[tuple[str, str]] = set()
     tol = {"rel_l2": req.accuracy.rel_l2, "max_abs": req.accuracy.max_abs}
@@ -363,9 +354,13 @@ def drive(req: DriverRequest, make_inputs: Callable[..., Any], run: Callable[[An
         for name in snapshot_changes(modules0, module_snapshot()):
             if name not in reported:
                 reported.add(name)
-                integrity.append(f"{where}: {name} was replaced (the harness's functions are not the subject's to patch)")
+                integrity.append(
+                    f"{where}: {name} was replaced (the harness's functions are not the subject's to patch)"
+                )
         if threading.active_count() > threads0:
-            integrity.append(f"{where}: {threading.active_count() - threads0} thread(s) left running after the run")
+            integrity.append(
+                f"{where}: {threading.active_count() - threads0} thread(s) left running after the run"
+            )
         if _children() - kids0:
             integrity.append(f"{where}: child process(es) left running after the run")
 
@@ -377,13 +372,30 @@ def drive(req: DriverRequest, make_inputs: Callable[..., Any], run: Callable[[An
             impls[item.subject] = loader(s.id, s.path, req.entry)
             check_integrity(f"load {s.id}")
         impl = impls[item.subject]
-        st = per.setdefault(key, {"reps": [], "samples": {m.name: [] for m in req.metrics}, "wall": [], "sm": [], "stream": [],
-                                  "checks": 0, "checked": [], "seeds": [], "worst_rel": 0.0, "worst_abs": 0.0,
-                                  "passed": True, "detail": ""})
+        st = per.setdefault(
+            key,
+            {
+                "reps": [],
+                "samples": {m.name: [] for m in req.metrics},
+                "wall": [],
+                "sm": [],
+                "stream": [],
+                "checks": 0,
+                "checked": [],
+                "seeds": [],
+                "worst_rel": 0.0,
+                "worst_abs": 0.0,
+                "passed": True,
+                "detail": "",
+            },
+        )
         if key not in warmed:
             for w in range(req.warmup):
-                wi = make_inputs(case.params, np.random.default_rng(input_seed(req.seed, case_index[item.case], w, True)),
-                                 req.device)
+                wi = make_inputs(
+                    case.params,
+                    np.random.default_rng(input_seed(req.seed, case_index[item.case], w, True)),
+                    req.device,
+                )
                 poison(wi)
                 run(impl, wi)
                 backend.sync()
@@ -397,8 +409,10 @@ def drive(req: DriverRequest, make_inputs: Callable[..., Any], run: Callable[[An
         sm1 = clocks.sm()
         check_integrity(f"{item.subject}/{item.case}/rep {item.rep}")
         if t_ns > wall_ns * 1.05 + 20_000 or (wall_ns > 1_000_000 and t_ns < 0.5 * wall_ns - 200_000):
-            integrity.append(f"{item.subject}/{item.case}/rep {item.rep}: event time {t_ns} ns and wall clock "
-                             f"{wall_ns} ns of the same window disagree")
+            integrity.append(
+                f"{item.subject}/{item.case}/rep {item.rep}: event time {t_ns} ns and wall clock "
+                f"{wall_ns} ns of the same window disagree"
+            )
         st["reps"].append(item.rep)
         st["wall"].append(int(wall_ns))
         if stream_ns is not None:
@@ -411,7 +425,11 @@ def drive(req: DriverRequest, make_inputs: Callable[..., Any], run: Callable[[An
                 st["samples"][m.name].append(max(t_ns, 1) / UNIT_SCALE_TO_NS[m.unit])
         # Check this timed output? Decided only now, after the run returned, so it can't be predicted.
         first = st["checks"] == 0
-        if first or req.mode == "smoke" or secrets.randbelow(1_000_000) < req.accuracy.check_fraction * 1_000_000:
+        if (
+            first
+            or req.mode == "smoke"
+            or secrets.randbelow(1_000_000) < req.accuracy.check_fraction * 1_000_000
+        ):
             rel, mx, detail = compare(out, reference(case.params, inputs))
             st["checks"] += 1
             st["checked"].append(item.rep)
@@ -421,25 +439,52 @@ def drive(req: DriverRequest, make_inputs: Callable[..., Any], run: Callable[[An
             ok = rel <= req.accuracy.rel_l2 and (req.accuracy.max_abs is None or mx <= req.accuracy.max_abs)
             if not ok and st["passed"]:
                 st["passed"] = False
-                st["detail"] = detail or (f"rep {item.rep}: rel_l2 {rel:.3g} (tol {req.accuracy.rel_l2:g}), "
-                                          f"max_abs {mx:.3g} (tol {req.accuracy.max_abs})")
+                st["detail"] = detail or (
+                    f"rep {item.rep}: rel_l2 {rel:.3g} (tol {req.accuracy.rel_l2:g}), "
+                    f"max_abs {mx:.3g} (tol {req.accuracy.max_abs})"
+                )
         del out, inputs
     series = []
     for (subject, case_id), st in per.items():
+
         def fin(x: float) -> float | None:
             return x if np.isfinite(x) else None
 
-        series.append(Series(
-            subject=subject, case=case_id, reps=st["reps"], samples=st["samples"], wall_ns=st["wall"], sm_mhz=st["sm"],
-            stream_ns=st["stream"],
-            accuracy=Accuracy(passed=st["passed"], checks=st["checks"], checked_reps=st["checked"],
-                              worst_rel_l2=fin(st["worst_rel"]), worst_max_abs=fin(st["worst_abs"]),
-                              tolerance=tol, detail=st["detail"], input_seeds=st["seeds"])))
-    return DriverResult(protocol=req.protocol, mode=req.mode, series=series, environment=environment(),
-                        units=units, integrity=integrity, timing=backend.name)
+        series.append(
+            Series(
+                subject=subject,
+                case=case_id,
+                reps=st["reps"],
+                samples=st["samples"],
+                wall_ns=st["wall"],
+                sm_mhz=st["sm"],
+                stream_ns=st["stream"],
+                accuracy=Accuracy(
+                    passed=st["passed"],
+                    checks=st["checks"],
+                    checked_reps=st["checked"],
+                    worst_rel_l2=fin(st["worst_rel"]),
+                    worst_max_abs=fin(st["worst_abs"]),
+                    tolerance=tol,
+                    detail=st["detail"],
+                    input_seeds=st["seeds"],
+                ),
+            )
+        )
+    return DriverResult(
+        protocol=req.protocol,
+        mode=req.mode,
+        series=series,
+        environment=environment(),
+        units=units,
+        integrity=integrity,
+        timing=backend.name,
+    )
 
 
-def _units(req: DriverRequest, extra: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]]) -> dict[str, str]:
+def _units(
+    req: DriverRequest, extra: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]]
+) -> dict[str, str]:
     units: dict[str, str] = {}
     for m in req.metrics:
         if m.name in extra:
@@ -447,14 +492,21 @@ def _units(req: DriverRequest, extra: dict[str, tuple[str, Callable[[dict[str, A
         elif m.unit in UNIT_SCALE_TO_NS:
             units[m.name] = m.unit
         else:
-            raise ValueError(f"metric {m.name!r} ({m.unit}) is not a time metric and no extra_metrics function gives it")
+            raise ValueError(
+                f"metric {m.name!r} ({m.unit}) is not a time metric and no extra_metrics function gives it"
+            )
     return units
 
 
-def main(make_inputs: Callable[..., Any], run: Callable[[Any, Any], Any], reference: Callable[[Any, Any], Any],
-         load: Callable[[str, str, str], Any] | None = None,
-         extra_metrics: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]] | None = None,
-         argv: list[str] | None = None, timer: str = "auto") -> int:
+def main(
+    make_inputs: Callable[..., Any],
+    run: Callable[[Any, Any], Any],
+    reference: Callable[[Any, Any], Any],
+    load: Callable[[str, str, str], Any] | None = None,
+    extra_metrics: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]] | None = None,
+    argv: list[str] | None = None,
+    timer: str = "auto",
+) -> int:
     """The driver's entry point; what it does depends on the role cko started this process in.
 
     - CKO_ROLE=worker: serve one subject to the supervisor (operations.worker); `run`, `load` and
@@ -480,13 +532,23 @@ def main(make_inputs: Callable[..., Any], run: Callable[[Any, Any], Any], refere
     extra = extra_metrics or {}
     if req.workers:
         if role != "supervisor":
-            print("driver: this request names workers; only cko's supervisor role may run it", file=sys.stderr)
+            print(
+                "driver: this request names workers; only cko's supervisor role may run it", file=sys.stderr
+            )
             return 2
         from .supervisor import SupervisorError, supervise
 
         try:
-            res = supervise(req, make_inputs, reference, extra, input_seed, _units(req, extra), environment(),
-                            "cuda_events+device_sync" if req.device == "cuda" else "perf_counter_ns")
+            res = supervise(
+                req,
+                make_inputs,
+                reference,
+                extra,
+                input_seed,
+                _units(req, extra),
+                environment(),
+                "cuda_events+device_sync" if req.device == "cuda" else "perf_counter_ns",
+            )
         except SupervisorError as exc:  # a coded failure the measure operation reports as it is
             with open(req.result_path + ".failure", "w") as f:
                 json.dump({"code": exc.code, "field": "subject", "message": str(exc)[:4000]}, f)

@@ -81,7 +81,11 @@ def main(argv: list[str]) -> int:
     def on_alarm(_s: int, _f: object) -> None:
         if _State.ending_at is None:
             _State.deadline_hit = True
-            print(f"cko-init: deadline of {deadline:g}s reached: ending every process", file=sys.stderr, flush=True)
+            print(
+                f"cko-init: deadline of {deadline:g}s reached: ending every process",
+                file=sys.stderr,
+                flush=True,
+            )
         _end(grace)
 
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -14,7 +14,17 @@ import shutil
 import subprocess
 from typing import Any
 
-PACKAGES = ("numpy", "scipy", "pydantic", "torch", "triton", "cupy-cuda12x", "cupy-cuda13x", "jax", "nvidia-ml-py")
+PACKAGES = (
+    "numpy",
+    "scipy",
+    "pydantic",
+    "torch",
+    "triton",
+    "cupy-cuda12x",
+    "cupy-cuda13x",
+    "jax",
+    "nvidia-ml-py",
+)
 
 
 def _version_of(cmd: list[str], pattern: str) -> str | None:
@@ -60,7 +70,11 @@ def visible_gpus() -> dict[str, Any]:
             u = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
             uuids.append(u.decode() if isinstance(u, bytes) else str(u))
         drv = pynvml.nvmlSystemGetDriverVersion()
-        return {"ok": True, "uuids": uuids, "driver_version": drv.decode() if isinstance(drv, bytes) else str(drv)}
+        return {
+            "ok": True,
+            "uuids": uuids,
+            "driver_version": drv.decode() if isinstance(drv, bytes) else str(drv),
+        }
     finally:
         pynvml.nvmlShutdown()
 

@@ -82,7 +82,9 @@ class DriverRequest(Closed):
     workers: list[WorkerSlot] = Field(default_factory=list)
     ipc_dir: str = "/dev/shm/cko"
     ctl_socket: str = "/cko/ctl/ctl.sock"
-    runs_per_sample: int = Field(default=1, ge=1, le=1_000_000, description="back-to-back runs in one timed block")
+    runs_per_sample: int = Field(
+        default=1, ge=1, le=1_000_000, description="back-to-back runs in one timed block"
+    )
     timing_mode: Literal["cold", "hot"] = "cold"
     command_timeout_s: float = Field(default=300.0, gt=0, description="one worker command (a block, a fetch)")
 
@@ -138,7 +140,9 @@ class Series(Closed):
     bracket_ns: list[int] = Field(default_factory=list)  # the supervisor's clock around the whole command
     stage_ns: list[int] = Field(default_factory=list)  # the worker's input staging, inside the bracket
     idle_cpu_ns: list[int] = Field(default_factory=list)  # CPU time of the other (frozen) workers meanwhile
-    post_cpu_ns: list[int] = Field(default_factory=list)  # this worker's CPU in the fetch/release after the block
+    post_cpu_ns: list[int] = Field(
+        default_factory=list
+    )  # this worker's CPU in the fetch/release after the block
     # Foreign load per block, read by the supervisor around the bracket (runner/workflow/loadin.py):
     foreign_cpu_cores: list[float] = Field(default_factory=list)  # host busy cores not this stage's
     foreign_gpu_contexts: list[int | None] = Field(default_factory=list)  # contexts not this stage's
@@ -170,7 +174,9 @@ class ContractError(Closed):
     message: str
 
 
-def validate_result(req: DriverRequest, res: DriverResult, subjects: list[str] | None = None) -> list[ContractError]:
+def validate_result(
+    req: DriverRequest, res: DriverResult, subjects: list[str] | None = None
+) -> list[ContractError]:
     """Every way `res` fails to answer `req` (empty = the contract holds)."""
     errs: list[ContractError] = []
 
@@ -206,14 +212,22 @@ def validate_result(req: DriverRequest, res: DriverResult, subjects: list[str] |
                 continue
             vals = s.samples[name]
             if len(vals) != len(reps):
-                e("wrong_sample_count", f"{where}.samples.{name}", f"{len(vals)} samples, expected {len(reps)}")
+                e(
+                    "wrong_sample_count",
+                    f"{where}.samples.{name}",
+                    f"{len(vals)} samples, expected {len(reps)}",
+                )
             bad = [v for v in vals if not isinstance(v, int | float) or not math.isfinite(v)]
             if bad:
                 e("non_finite", f"{where}.samples.{name}", f"{len(bad)} non-finite sample(s)")
             elif any(v <= 0 for v in vals) and metric_units[name] in UNIT_SCALE_TO_NS:
                 e("non_positive", f"{where}.samples.{name}", "a time sample is zero or negative")
         if s.stream_ns and len(s.stream_ns) != len(s.reps):
-            e("wrong_sample_count", f"{where}.stream_ns", f"{len(s.stream_ns)} stream times, expected {len(s.reps)}")
+            e(
+                "wrong_sample_count",
+                f"{where}.stream_ns",
+                f"{len(s.stream_ns)} stream times, expected {len(s.reps)}",
+            )
         extra = set(s.samples) - set(metric_units)
         for name in sorted(extra):
             e("unknown_metric", f"{where}.samples.{name}", f"metric {name!r} was not declared")
@@ -227,13 +241,30 @@ def unit_check(declared: list[Metric], reported_units: dict[str, str]) -> list[C
     for m in declared:
         u = reported_units.get(m.name)
         if u is not None and u != m.unit:
-            out.append(ContractError(code="wrong_unit", field=f"metrics.{m.name}.unit",
-                                     message=f"driver reports {u!r}, Target declares {m.unit!r}"))
+            out.append(
+                ContractError(
+                    code="wrong_unit",
+                    field=f"metrics.{m.name}.unit",
+                    message=f"driver reports {u!r}, Target declares {m.unit!r}",
+                )
+            )
     return out
 
 
-_SERIES_LISTS = ("reps", "wall_ns", "stream_ns", "sm_mhz", "bracket_ns", "stage_ns", "idle_cpu_ns", "post_cpu_ns",
-                 "foreign_cpu_cores", "foreign_gpu_contexts", "throttle", "void")
+_SERIES_LISTS = (
+    "reps",
+    "wall_ns",
+    "stream_ns",
+    "sm_mhz",
+    "bracket_ns",
+    "stage_ns",
+    "idle_cpu_ns",
+    "post_cpu_ns",
+    "foreign_cpu_cores",
+    "foreign_gpu_contexts",
+    "throttle",
+    "void",
+)
 
 
 def merge_results(parts: list[DriverResult]) -> DriverResult:
@@ -247,17 +278,22 @@ def merge_results(parts: list[DriverResult]) -> DriverResult:
     merged = []
     for ss in by.values():
         first = ss[0]
-        acc = first.accuracy.model_copy(update={
-            "passed": all(s.accuracy.passed for s in ss),
-            "checks": sum(s.accuracy.checks for s in ss),
-            "checked_reps": [r for s in ss for r in s.accuracy.checked_reps],
-            "input_seeds": [r for s in ss for r in s.accuracy.input_seeds],
-            "worst_rel_l2": max((s.accuracy.worst_rel_l2 for s in ss if s.accuracy.worst_rel_l2 is not None),
-                                default=None),
-            "worst_max_abs": max((s.accuracy.worst_max_abs for s in ss if s.accuracy.worst_max_abs is not None),
-                                 default=None),
-            "detail": "; ".join(s.accuracy.detail for s in ss if s.accuracy.detail)[:1000],
-        })
+        acc = first.accuracy.model_copy(
+            update={
+                "passed": all(s.accuracy.passed for s in ss),
+                "checks": sum(s.accuracy.checks for s in ss),
+                "checked_reps": [r for s in ss for r in s.accuracy.checked_reps],
+                "input_seeds": [r for s in ss for r in s.accuracy.input_seeds],
+                "worst_rel_l2": max(
+                    (s.accuracy.worst_rel_l2 for s in ss if s.accuracy.worst_rel_l2 is not None), default=None
+                ),
+                "worst_max_abs": max(
+                    (s.accuracy.worst_max_abs for s in ss if s.accuracy.worst_max_abs is not None),
+                    default=None,
+                ),
+                "detail": "; ".join(s.accuracy.detail for s in ss if s.accuracy.detail)[:1000],
+            }
+        )
         lists: dict[str, Any] = {k: [v for s in ss for v in getattr(s, k)] for k in _SERIES_LISTS}
         samples = {k: [v for s in ss for v in s.samples.get(k, [])] for k in first.samples}
         merged.append(first.model_copy(update=lists | {"samples": samples, "accuracy": acc}))

@@ -328,7 +328,8 @@ def pair_log_ratios(reference: Any, candidate: Any, direction: str) -> np.ndarra
     """Per-pair log ratios, oriented so that positive = candidate better in `direction`."""
     d = _check_direction(direction)
     ref, cand = _pairs(reference, candidate)
-    return np.log(ref) - np.log(cand) if d == "lower" else np.log(cand) - np.log(ref)
+    out: np.ndarray = np.log(ref) - np.log(cand) if d == "lower" else np.log(cand) - np.log(ref)
+    return out
 
 
 def _pct(log_value: float) -> float:

@@ -40,6 +40,7 @@ from .protocol import (
     Series,
     WorkerSlot,
 )
+from .timing import SmClock
 from .wire import (
     WORKER_MSG,
     CtlReply,
@@ -64,8 +65,13 @@ BRACKET_SLACK_REL = 0.03
 CLOCK_EPSILON_NS = 20_000
 SYSTEMATIC_FRACTION = 0.25
 # Throttle reasons that mean the chip slowed for something other than the stage's own load.
-BAD_THROTTLE = {0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
-                0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
+BAD_THROTTLE = {
+    0x8: "hw_slowdown",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
 # A subject's input staging may not exceed the other subject's for the same inputs by more than this
 # (staging sits outside the window: work hidden there would be free).
 STAGE_SLACK_NS = 1_000_000
@@ -81,8 +87,9 @@ class SupervisorError(RuntimeError):
         self.code = code
 
 
-def check_bracket(t_ns: int, stage_ns: int, bracket_ns: int, rtt_ns: int, worker_cpu_ns: int | None = None
-                  ) -> tuple[str, str]:
+def check_bracket(
+    t_ns: int, stage_ns: int, bracket_ns: int, rtt_ns: int, worker_cpu_ns: int | None = None
+) -> tuple[str, str]:
     """(kind, why) when the supervisor's clock does not confirm a worker's claimed time, ("", "") when it does.
 
     "impossible": the worker claims more time than passed around the whole command — a forged
@@ -94,16 +101,23 @@ def check_bracket(t_ns: int, stage_ns: int, bracket_ns: int, rtt_ns: int, worker
     if t_ns <= 0:
         return "impossible", f"worker claimed a non-positive time ({t_ns} ns)"
     if t_ns + stage_ns > bracket_ns + CLOCK_EPSILON_NS:
-        return "impossible", (f"worker claimed {t_ns + stage_ns} ns (window {t_ns} + staging {stage_ns}) but the "
-                              f"supervisor's clock saw only {bracket_ns} ns around the whole command")
+        return "impossible", (
+            f"worker claimed {t_ns + stage_ns} ns (window {t_ns} + staging {stage_ns}) but the "
+            f"supervisor's clock saw only {bracket_ns} ns around the whole command"
+        )
     unexplained = bracket_ns - t_ns - stage_ns
     allowed = 2 * rtt_ns + BRACKET_SLACK_NS + int(BRACKET_SLACK_REL * bracket_ns)
     if unexplained <= allowed:
         return "", ""
-    why = (f"the supervisor's clock saw {bracket_ns} ns around the command, {unexplained} ns more than the "
-           f"worker's window ({t_ns}) and staging ({stage_ns}) account for (allowed {allowed})")
+    why = (
+        f"the supervisor's clock saw {bracket_ns} ns around the command, {unexplained} ns more than the "
+        f"worker's window ({t_ns}) and staging ({stage_ns}) account for (allowed {allowed})"
+    )
     if worker_cpu_ns is not None and worker_cpu_ns <= t_ns + stage_ns + allowed:
-        return "descheduled", why + f"; the worker's CPU time in it was {worker_cpu_ns} ns: it was waiting, not working"
+        return (
+            "descheduled",
+            why + f"; the worker's CPU time in it was {worker_cpu_ns} ns: it was waiting, not working",
+        )
     return "unexplained", why
 
 
@@ -169,11 +183,15 @@ class WorkerConn:
         try:
             msg = WORKER_MSG.validate_json(self.conn.recv_line())
         except TimeoutError:
-            raise SupervisorError("worker_timed_out", f"worker {self.slot.subject}: no answer within {timeout:g}s") from None
+            raise SupervisorError(
+                "worker_timed_out", f"worker {self.slot.subject}: no answer within {timeout:g}s"
+            ) from None
         except ConnectionError as exc:
             raise SupervisorError("worker_died", f"worker {self.slot.subject}: {exc}") from None
         if not isinstance(msg, Reply):
-            raise SupervisorError("worker_protocol", f"worker {self.slot.subject} sent {msg.op} instead of a reply")
+            raise SupervisorError(
+                "worker_protocol", f"worker {self.slot.subject} sent {msg.op} instead of a reply"
+            )
         return msg
 
 
@@ -209,8 +227,9 @@ def _accept_workers(req: DriverRequest, srv: socket.socket, root: Path) -> dict[
             sock, _ = srv.accept()
         except TimeoutError:
             missing = sorted(set(by_uid[u].subject for u in by_uid) - set(conns))
-            raise SupervisorError("worker_missing", f"no hello from worker(s) {', '.join(missing)} "
-                                  f"within {HELLO_TIMEOUT_S:g}s") from None
+            raise SupervisorError(
+                "worker_missing", f"no hello from worker(s) {', '.join(missing)} within {HELLO_TIMEOUT_S:g}s"
+            ) from None
         ls = LineSocket(sock)
         slot = by_uid.get(ls.peer_uid())
         if slot is None or slot.subject in conns:
@@ -219,13 +238,24 @@ def _accept_workers(req: DriverRequest, srv: socket.socket, root: Path) -> dict[
         sock.settimeout(max(1.0, deadline - time.monotonic()))
         msg = WORKER_MSG.validate_json(ls.recv_line())
         if not isinstance(msg, Hello) or msg.subject != slot.subject:
-            raise SupervisorError("worker_protocol", f"uid {slot.uid} did not introduce itself as {slot.subject}")
+            raise SupervisorError(
+                "worker_protocol", f"uid {slot.uid} did not introduce itself as {slot.subject}"
+            )
         if msg.error:
-            raise SupervisorError("subject_load_failed", f"subject {slot.subject} failed to load: {msg.error}")
+            raise SupervisorError(
+                "subject_load_failed", f"subject {slot.subject} failed to load: {msg.error}"
+            )
         if req.device == "cuda" and granted and sorted(msg.gpus) != granted:
-            raise SupervisorError("gpu_grant", f"worker {slot.subject} sees GPUs {msg.gpus}, granted {granted}")
-        conns[slot.subject] = WorkerConn(slot=slot, conn=ls, hello=msg, in_dir=root / f"in-{slot.subject}",
-                                         out_dir=root / f"out-{slot.subject}")
+            raise SupervisorError(
+                "gpu_grant", f"worker {slot.subject} sees GPUs {msg.gpus}, granted {granted}"
+            )
+        conns[slot.subject] = WorkerConn(
+            slot=slot,
+            conn=ls,
+            hello=msg,
+            in_dir=root / f"in-{slot.subject}",
+            out_dir=root / f"out-{slot.subject}",
+        )
     return conns
 
 
@@ -275,29 +305,8 @@ class GpuWatch:
             self.busy = self.probe.busy()
 
 
-class Clocks:
-    """SM clock from NVML in the supervisor's container, read per block."""
-
-    def __init__(self, device: str) -> None:
-        self.handle: Any = None
-        if device != "cuda":
-            return
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self.nvml = pynvml
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        except Exception:
-            self.handle = None
-
-    def sm(self) -> int | None:
-        if self.handle is None:
-            return None
-        try:
-            return int(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
-        except Exception:
-            return None
+class Clocks(SmClock):
+    """SM clock and compute contexts from NVML in the supervisor's container, read per block."""
 
     def contexts(self) -> int | None:
         """Compute contexts on the device (this stage's own included)."""
@@ -363,8 +372,14 @@ class SeriesState:
 
 
 class Supervisor:
-    def __init__(self, req: DriverRequest, make_inputs: Callable[..., Any], reference: Callable[[Any, Any], Any],
-                 extra: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]], input_seed: Callable[..., int]):
+    def __init__(
+        self,
+        req: DriverRequest,
+        make_inputs: Callable[..., Any],
+        reference: Callable[[Any, Any], Any],
+        extra: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]],
+        input_seed: Callable[..., int],
+    ):
         self.req = req
         self.make_inputs = make_inputs
         self.reference = reference
@@ -391,7 +406,9 @@ class Supervisor:
         roster = self.ctl.call("roster")
         want = {w.subject for w in self.req.workers}
         if set(roster.workers) != want:
-            raise SupervisorError("freezer_roster", f"host runs workers {roster.workers}, request names {sorted(want)}")
+            raise SupervisorError(
+                "freezer_roster", f"host runs workers {roster.workers}, request names {sorted(want)}"
+            )
         self.workers = _accept_workers(self.req, srv, root)
         srv.close()
         frozen = self.ctl.call("freeze_all")
@@ -470,10 +487,20 @@ class Supervisor:
             if self.req.device != "cuda":
                 dirs.append(self.stage_copy(w, value))
         self.activate(w.slot.subject)
-        reply = w.call(Warm(case=case, params=self.cases[case].params, inputs=dirs, seeds=seeds,
-                            runs=self.req.runs_per_sample), self.req.command_timeout_s)
+        reply = w.call(
+            Warm(
+                case=case,
+                params=self.cases[case].params,
+                inputs=dirs,
+                seeds=seeds,
+                runs=self.req.runs_per_sample,
+            ),
+            self.req.command_timeout_s,
+        )
         if not reply.ok:
-            raise SupervisorError("subject_failed", f"subject {w.slot.subject} failed warming up {case}: {reply.error}")
+            raise SupervisorError(
+                "subject_failed", f"subject {w.slot.subject} failed warming up {case}: {reply.error}"
+            )
         self.freeze_all()
         self.drop_old_copies(w, None)
 
@@ -492,8 +519,15 @@ class Supervisor:
         busy = self.probe.busy() if self.probe is not None else ""
         sm0 = self.clocks.sm()
         h0, p0 = host_cpu_ns(), time.process_time_ns()
-        cmd = Run(case=item.case, params=self.cases[item.case].params, rep=item.rep, seed=seed, inputs=inputs_dir,
-                  runs=self.req.runs_per_sample, mode=self.req.timing_mode)
+        cmd = Run(
+            case=item.case,
+            params=self.cases[item.case].params,
+            rep=item.rep,
+            seed=seed,
+            inputs=inputs_dir,
+            runs=self.req.runs_per_sample,
+            mode=self.req.timing_mode,
+        )
         t0 = time.perf_counter_ns()
         reply = w.call(cmd, self.req.command_timeout_s)
         bracket = time.perf_counter_ns() - t0
@@ -503,11 +537,15 @@ class Supervisor:
         own = sum(u1.get(s, 0) - u0.get(s, 0) for s in self.workers) + (p1 - p0)
         st_load = (foreign_cores(h1 - h0, own, bracket), self.clocks.contexts(), self.clocks.throttle())
         if not reply.ok or reply.t_ns is None:
-            raise SupervisorError("subject_failed", f"subject {item.subject} failed on {item.case} rep {item.rep}: "
-                                  f"{reply.error}")
+            raise SupervisorError(
+                "subject_failed",
+                f"subject {item.subject} failed on {item.case} rep {item.rep}: {reply.error}",
+            )
         after = self.probe.busy() if self.probe is not None else ""
         st = self.per.setdefault(key, SeriesState())
-        self.record(st, item, w, reply, bracket, u0, u1, busy or (after and f"after the window: {after}"), [sm0, sm1])
+        self.record(
+            st, item, w, reply, bracket, u0, u1, busy or (after and f"after the window: {after}"), [sm0, sm1]
+        )
         cpu, ctx, thr = st_load
         st.foreign_cpu.append(round(cpu, 3))
         # the stage's own contexts: the supervisor's and one per worker
@@ -528,8 +566,18 @@ class Supervisor:
         if inputs_dir is not None:
             self.drop_old_copies(w, None)
 
-    def record(self, st: SeriesState, item: ScheduleItem, w: WorkerConn, reply: Reply, bracket: int,
-               u0: dict[str, int], u1: dict[str, int], void: str, sm: list[int | None]) -> None:
+    def record(
+        self,
+        st: SeriesState,
+        item: ScheduleItem,
+        w: WorkerConn,
+        reply: Reply,
+        bracket: int,
+        u0: dict[str, int],
+        u1: dict[str, int],
+        void: str,
+        sm: list[int | None],
+    ) -> None:
         assert reply.t_ns is not None
         where = f"{item.subject}/{item.case}/rep {item.rep}"
         idle = sum(max(0, u1.get(s, 0) - u0.get(s, 0)) for s in self.workers if s != item.subject)
@@ -552,8 +600,15 @@ class Supervisor:
         st.void.append(void)
         st.sm.append(sm)
 
-    def maybe_check(self, w: WorkerConn, st: SeriesState, item: ScheduleItem, value: Any, seed: int,
-                    while_waiting: Callable[[], None] | None = None) -> bool:
+    def maybe_check(
+        self,
+        w: WorkerConn,
+        st: SeriesState,
+        item: ScheduleItem,
+        value: Any,
+        seed: int,
+        while_waiting: Callable[[], None] | None = None,
+    ) -> bool:
         """Check this run's output? Decided only now, after the run returned, so it cannot be predicted."""
         first = st.checks == 0
         frac = self.req.accuracy.check_fraction
@@ -570,11 +625,13 @@ class Supervisor:
         os.chmod(out_dir, 0o770)
         reply = w.call(Fetch(out=str(out_dir)), self.req.command_timeout_s, while_waiting)
         if not reply.ok:
-            raise SupervisorError("subject_failed", f"subject {item.subject}: output could not be passed back: "
-                                  f"{reply.error}")
+            raise SupervisorError(
+                "subject_failed", f"subject {item.subject}: output could not be passed back: {reply.error}"
+            )
         try:
-            output = codec.decode(out_dir, max_bytes=4 * max(codec.nbytes(expected), 1 << 20) + (64 << 20),
-                                  device_ok=False)
+            output = codec.decode(
+                out_dir, max_bytes=4 * max(codec.nbytes(expected), 1 << 20) + (64 << 20), device_ok=False
+            )
             rel, mx, detail = compare(output, expected)
         except codec.CodecError as exc:
             rel, mx, detail = float("inf"), float("inf"), f"output refused: {exc}"
@@ -588,8 +645,9 @@ class Supervisor:
         ok = rel <= acc.rel_l2 and (acc.max_abs is None or mx <= acc.max_abs)
         if not ok and st.passed:
             st.passed = False
-            st.detail = detail or (f"rep {item.rep}: rel_l2 {rel:.3g} (tol {acc.rel_l2:g}), "
-                                   f"max_abs {mx:.3g} (tol {acc.max_abs})")
+            st.detail = detail or (
+                f"rep {item.rep}: rel_l2 {rel:.3g} (tol {acc.rel_l2:g}), max_abs {mx:.3g} (tol {acc.max_abs})"
+            )
         return True
 
     def forget(self, item: ScheduleItem) -> None:
@@ -603,8 +661,10 @@ class Supervisor:
     def systematic_checks(self) -> None:
         for (subject, case), st in self.per.items():
             if systematic_disagreement(st.unexplained):
-                self.integrity.append(f"{subject}/{case}: {sum(st.unexplained)} of {len(st.unexplained)} blocks took "
-                                      f"longer on the supervisor's clock than the worker's claims explain")
+                self.integrity.append(
+                    f"{subject}/{case}: {sum(st.unexplained)} of {len(st.unexplained)} blocks took "
+                    f"longer on the supervisor's clock than the worker's claims explain"
+                )
 
     def pair_checks(self) -> None:
         """Rules that hold one subject's untimed work next to the other's for the same inputs:
@@ -618,8 +678,10 @@ class Supervisor:
                 continue
             for mine, other, name in ((a, b, subjects[0]), (b, a, subjects[1])):
                 other_stage = dict(zip(other.reps, other.stage, strict=True))
-                typical = {k: sorted(p for p, kk in zip(other.post, other.post_kind, strict=True) if kk == k)
-                           for k in ("fetch", "drop")}
+                typical = {
+                    k: sorted(p for p, kk in zip(other.post, other.post_kind, strict=True) if kk == k)
+                    for k in ("fetch", "drop")
+                }
                 for i, rep in enumerate(mine.reps):
                     why = check_staging(mine.stage[i], other_stage[rep]) if rep in other_stage else ""
                     same = typical[mine.post_kind[i]]
@@ -650,23 +712,51 @@ class Supervisor:
                     samples[m.name] = [float(self.extra[m.name][1](params, t)) for t in st.per_run_ns]
                 else:
                     samples[m.name] = [t / UNIT_SCALE_TO_NS[m.unit] for t in st.per_run_ns]
-            acc = Accuracy(passed=st.passed, checks=st.checks, checked_reps=st.checked,
-                           worst_rel_l2=st.worst_rel if np.isfinite(st.worst_rel) else None,
-                           worst_max_abs=st.worst_abs if np.isfinite(st.worst_abs) else None,
-                           tolerance=tol, detail=st.detail, input_seeds=st.seeds)
-            out.append(Series(subject=subject, case=case_id, reps=st.reps, samples=samples, wall_ns=st.bracket,
-                              stream_ns=st.stream if self.req.device == "cuda" else [], sm_mhz=st.sm, accuracy=acc,
-                              bracket_ns=st.bracket, stage_ns=st.stage, idle_cpu_ns=st.idle, void=st.void,
-                              post_cpu_ns=st.post, foreign_cpu_cores=st.foreign_cpu,
-                              foreign_gpu_contexts=st.foreign_ctx if self.req.device == "cuda" else [],
-                              throttle=st.throttle if self.req.device == "cuda" else [],
-                              runs=self.req.runs_per_sample, timing_mode=self.req.timing_mode))
+            acc = Accuracy(
+                passed=st.passed,
+                checks=st.checks,
+                checked_reps=st.checked,
+                worst_rel_l2=st.worst_rel if np.isfinite(st.worst_rel) else None,
+                worst_max_abs=st.worst_abs if np.isfinite(st.worst_abs) else None,
+                tolerance=tol,
+                detail=st.detail,
+                input_seeds=st.seeds,
+            )
+            out.append(
+                Series(
+                    subject=subject,
+                    case=case_id,
+                    reps=st.reps,
+                    samples=samples,
+                    wall_ns=st.bracket,
+                    stream_ns=st.stream if self.req.device == "cuda" else [],
+                    sm_mhz=st.sm,
+                    accuracy=acc,
+                    bracket_ns=st.bracket,
+                    stage_ns=st.stage,
+                    idle_cpu_ns=st.idle,
+                    void=st.void,
+                    post_cpu_ns=st.post,
+                    foreign_cpu_cores=st.foreign_cpu,
+                    foreign_gpu_contexts=st.foreign_ctx if self.req.device == "cuda" else [],
+                    throttle=st.throttle if self.req.device == "cuda" else [],
+                    runs=self.req.runs_per_sample,
+                    timing_mode=self.req.timing_mode,
+                )
+            )
         return out
 
 
-def supervise(req: DriverRequest, make_inputs: Callable[..., Any], reference: Callable[[Any, Any], Any],
-              extra: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]], input_seed: Callable[..., int],
-              units: dict[str, str], environment: dict[str, str], timing: str) -> DriverResult:
+def supervise(
+    req: DriverRequest,
+    make_inputs: Callable[..., Any],
+    reference: Callable[[Any, Any], Any],
+    extra: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]],
+    input_seed: Callable[..., int],
+    units: dict[str, str],
+    environment: dict[str, str],
+    timing: str,
+) -> DriverResult:
     sup = Supervisor(req, make_inputs, reference, extra, input_seed)
     t0 = time.monotonic()
     try:
@@ -684,9 +774,26 @@ def supervise(req: DriverRequest, make_inputs: Callable[..., Any], reference: Ca
         sup.systematic_checks()
     finally:
         sup.quit()
-    workers = [{"subject": s, "pid": w.hello.pid, "load_s": w.hello.load_s, "gpus": w.hello.gpus,
-                "uid": w.slot.uid, "rtt_p90_ns": w.rtt_ns} for s, w in sup.workers.items()]
-    return DriverResult(protocol=req.protocol, mode=req.mode, series=sup.series(), environment=environment,
-                        units=units, integrity=sup.integrity, timing=timing, boundary="workers", workers=workers,
-                        calibration=calibration)
-
+    workers = [
+        {
+            "subject": s,
+            "pid": w.hello.pid,
+            "load_s": w.hello.load_s,
+            "gpus": w.hello.gpus,
+            "uid": w.slot.uid,
+            "rtt_p90_ns": w.rtt_ns,
+        }
+        for s, w in sup.workers.items()
+    ]
+    return DriverResult(
+        protocol=req.protocol,
+        mode=req.mode,
+        series=sup.series(),
+        environment=environment,
+        units=units,
+        integrity=sup.integrity,
+        timing=timing,
+        boundary="workers",
+        workers=workers,
+        calibration=calibration,
+    )

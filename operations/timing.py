@@ -14,9 +14,10 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 TIMERS = ("auto", "torch", "cupy")
+B = TypeVar("B")
 L2_FLUSH_BYTES = 256 << 20  # larger than any current GPU's L2 (H200: 60 MB)
 
 
@@ -107,25 +108,61 @@ class CupyCuda(DeviceEvents):
 def backend_for(device: str, timer: str = "auto") -> Backend:
     """perf_counter_ns on the CPU; on a GPU CUDA events through torch, or CuPy (`timer`; auto: torch
     when it sees a GPU, else CuPy)."""
+    return choose(device, timer, (Backend, TorchCuda, CupyCuda))
+
+
+def choose(device: str, timer: str, classes: tuple[Callable[[], B], Callable[[], B], Callable[[], B]]) -> B:
+    """One of (CPU, torch, CuPy) `classes`, by device and timer: the rule the worker's clocks and the
+    hand-written drivers' helper share."""
+    cpu, torch_cls, cupy_cls = classes
     if timer not in TIMERS:
         raise ValueError(f"timer {timer!r}: one of {', '.join(TIMERS)}")
     if device != "cuda":
-        return Backend()
+        return cpu()
     if timer in ("auto", "torch"):
         try:
             import torch
 
             if torch.cuda.is_available():
-                return TorchCuda()
+                return torch_cls()
         except ImportError:
             pass
         if timer == "torch":
-            raise RuntimeError("device cuda with timer torch, but torch with CUDA is not available in this container")
+            raise RuntimeError(
+                "device cuda with timer torch, but torch with CUDA is not available in this container"
+            )
     try:
         import cupy
 
         if cupy.cuda.runtime.getDeviceCount() > 0:
-            return CupyCuda()
+            return cupy_cls()
     except Exception:  # CuPy absent, or present with no usable device
         pass
-    raise RuntimeError(f"device cuda requested but neither torch nor CuPy with CUDA is available (timer {timer})")
+    raise RuntimeError(
+        f"device cuda requested but neither torch nor CuPy with CUDA is available (timer {timer})"
+    )
+
+
+class SmClock:
+    """The SM clock from NVML inside the container (where the driver library is mounted); None off a GPU."""
+
+    def __init__(self, device: str) -> None:
+        self.handle: Any = None
+        if device != "cuda":
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:
+            self.handle = None
+
+    def sm(self) -> int | None:
+        if self.handle is None:
+            return None
+        try:
+            return int(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
+        except Exception:
+            return None

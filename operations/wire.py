@@ -115,9 +115,13 @@ class CtlReply(Msg):
     ok: bool
     error: str | None = None
     workers: list[str] = Field(default_factory=list)
-    usage_ns: dict[str, int] = Field(default_factory=dict, description="CPU time of each worker's whole cgroup")
+    usage_ns: dict[str, int] = Field(
+        default_factory=dict, description="CPU time of each worker's whole cgroup"
+    )
     frozen: dict[str, bool] = Field(default_factory=dict)
-    cgroup: str | None = Field(default=None, description="how freezing is done: cgroup-v1 freezer or cgroup-v2")
+    cgroup: str | None = Field(
+        default=None, description="how freezing is done: cgroup-v1 freezer or cgroup-v2"
+    )
 
 
 # -- framing -----------------------------------------------------------------------------------

@@ -61,8 +61,14 @@ def _visible_gpus() -> list[str]:
 
 
 class Worker:
-    def __init__(self, run: Callable[[Any, Any], Any], make_inputs: Callable[..., Any], impl: Any,
-                 backend: Backend, device: str) -> None:
+    def __init__(
+        self,
+        run: Callable[[Any, Any], Any],
+        make_inputs: Callable[..., Any],
+        impl: Any,
+        backend: Backend,
+        device: str,
+    ) -> None:
         self.run_fn = run
         self.make_inputs = make_inputs
         self.impl = impl
@@ -79,8 +85,9 @@ class Worker:
         return value
 
     def warm(self, cmd: Warm) -> Reply:
-        sources: list[tuple[str | None, int]] = list(zip(cmd.inputs, cmd.seeds, strict=False)) if cmd.inputs else \
-            [(None, s) for s in cmd.seeds]
+        sources: list[tuple[str | None, int]] = (
+            list(zip(cmd.inputs, cmd.seeds, strict=False)) if cmd.inputs else [(None, s) for s in cmd.seeds]
+        )
         for inputs_dir, seed in sources:
             inputs = self._inputs(inputs_dir, dict(cmd.params), seed)
             for _ in range(max(1, cmd.runs)):
@@ -101,7 +108,9 @@ class Worker:
                 self.backend.flush_l2()  # part of staging: it keeps the device busy right up to the window
             self.backend.sync()
             stage = time.perf_counter_ns() - s0
-            out, t_ns, stream_ns = self.backend.time_block(lambda: self.run_fn(self.impl, inputs), cmd.runs, cmd.mode)
+            out, t_ns, stream_ns = self.backend.time_block(
+                lambda: self.run_fn(self.impl, inputs), cmd.runs, cmd.mode
+            )
             self.last = out
         finally:
             gc.enable()
@@ -136,8 +145,12 @@ class Worker:
         return Reply(ok=False, error=f"unknown command {type(cmd).__name__}")
 
 
-def serve(make_inputs: Callable[..., Any], run: Callable[[Any, Any], Any],
-          load: Callable[[str, str, str], Any], timer: str = "auto") -> int:
+def serve(
+    make_inputs: Callable[..., Any],
+    run: Callable[[Any, Any], Any],
+    load: Callable[[str, str, str], Any],
+    timer: str = "auto",
+) -> int:
     """The worker's main loop (operations.driver.main with CKO_ROLE=worker)."""
     subject = os.environ["CKO_SUBJECT"]
     device = os.environ.get("CKO_DEVICE", "cpu")
@@ -145,11 +158,17 @@ def serve(make_inputs: Callable[..., Any], run: Callable[[Any, Any], Any],
     t0 = time.monotonic()
     try:
         backend = backend_for(device, timer)
-        impl = load(subject, os.environ.get("CKO_SUBJECT_PATH", "/cko/subject"), os.environ.get("CKO_ENTRY", "kernel.py"))
+        impl = load(
+            subject,
+            os.environ.get("CKO_SUBJECT_PATH", "/cko/subject"),
+            os.environ.get("CKO_ENTRY", "kernel.py"),
+        )
     except Exception as exc:
         conn.send(Hello(subject=subject, pid=os.getpid(), error=f"{type(exc).__name__}: {exc}"[:2000]))
         return 1
-    conn.send(Hello(subject=subject, pid=os.getpid(), gpus=_visible_gpus(), load_s=round(time.monotonic() - t0, 3)))
+    conn.send(
+        Hello(subject=subject, pid=os.getpid(), gpus=_visible_gpus(), load_s=round(time.monotonic() - t0, 3))
+    )
     worker = Worker(run, make_inputs, impl, backend, device)
     while True:
         try:

@@ -28,7 +28,9 @@ def to_jsonable(obj: Any) -> Any:
 
 def canonical_bytes(obj: Any) -> bytes:
     data = _reject_nonfinite(to_jsonable(obj))
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return json.dumps(
+        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode()
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -14,17 +14,30 @@ from .errors import Exit
 from .results import RESULTS
 
 EXIT_CODES: dict[str, str] = {
-    "0": "done (whatever the verdict)", "1": "the operation ran and failed", "2": "bad request or usage (nothing "
-    "written)", "3": "refused by policy", "4": "timed out", "5": "environment unavailable", "130": "interrupted",
+    "0": "done (whatever the verdict)",
+    "1": "the operation ran and failed",
+    "2": "bad request or usage (nothing written)",
+    "3": "refused by policy",
+    "4": "timed out",
+    "5": "environment unavailable",
+    "130": "interrupted",
 }
 # Commands whose --request file follows a schema (`cko schema NAME`).
-REQUEST_SCHEMAS = {"readiness": "readiness-request", "baseline": "baseline-request", "variant": "variant-request",
-                   "experiment": "experiment-request", "execution-map": "execution-map-request"}
+REQUEST_SCHEMAS = {
+    "readiness": "readiness-request",
+    "baseline": "baseline-request",
+    "variant": "variant-request",
+    "experiment": "experiment-request",
+    "execution-map": "execution-map-request",
+}
 # Exit codes beyond the common ones, or that mean something specific for the command.
 SPECIFIC_EXITS: dict[str, dict[str, str]] = {
     "readiness": {"1": "not ready: blockers with the cheapest next step, no Target"},
-    "experiment": {"0": "done whatever the verdict", "1": "run, accuracy or integrity failed, or --fail-on matched",
-                   "2": "bad request, or target_stage_final / screen_rejected"},
+    "experiment": {
+        "0": "done whatever the verdict",
+        "1": "run, accuracy or integrity failed, or --fail-on matched",
+        "2": "bad request, or target_stage_final / screen_rejected",
+    },
     "audit": {"0": "holds", "1": "does not hold", "5": "could not check"},
     "verify": {"1": "a missing or altered file, or a recorded verdict the samples do not give again"},
     "status": {"0": "shown (with --follow/--wait: the operation's own exit code)", "4": "--timeout passed"},
@@ -34,9 +47,13 @@ NOT_TOOLS = frozenset({"mcp", "demo"})  # a server, and a whole demo loop in a f
 
 
 def _option(p: click.Parameter) -> dict[str, Any]:
-    doc: dict[str, Any] = {"name": p.name, "kind": "argument" if isinstance(p, click.Argument) else "option",
-                           "required": bool(p.required), "multiple": bool(getattr(p, "multiple", False)),
-                           "nargs": p.nargs}
+    doc: dict[str, Any] = {
+        "name": p.name,
+        "kind": "argument" if isinstance(p, click.Argument) else "option",
+        "required": bool(p.required),
+        "multiple": bool(getattr(p, "multiple", False)),
+        "nargs": p.nargs,
+    }
     if isinstance(p, click.Option):
         doc["flags"] = list(p.opts)
         doc["is_flag"] = bool(p.is_flag)
@@ -47,7 +64,9 @@ def _option(p: click.Parameter) -> dict[str, Any]:
     return doc
 
 
-def leaf_commands(group: click.Group, ctx: click.Context, prefix: str = "") -> list[tuple[str, click.Command]]:
+def leaf_commands(
+    group: click.Group, ctx: click.Context, prefix: str = ""
+) -> list[tuple[str, click.Command]]:
     out: list[tuple[str, click.Command]] = []
     for name in group.list_commands(ctx):
         cmd = group.get_command(ctx, name)
@@ -68,16 +87,19 @@ def catalogue() -> list[dict[str, Any]]:
     out = []
     for path, cmd in leaf_commands(cli, ctx):
         exits = dict(EXIT_CODES) | SPECIFIC_EXITS.get(path, {})
-        out.append({
-            "name": path, "summary": (cmd.get_short_help_str(limit=200) or "").strip(),
-            "help": (cmd.help or "").strip(),
-            "request_schema": REQUEST_SCHEMAS.get(path),
-            "result_schema": (path.replace(" ", "-") + "-result") if path in RESULTS else None,
-            "error_schema": "error",
-            "exit_codes": exits,
-            "detachable": any(p.name == "detach" for p in cmd.params),
-            "options": [_option(p) for p in cmd.params if p.name not in ("as_json",)],
-        })
+        out.append(
+            {
+                "name": path,
+                "summary": (cmd.get_short_help_str(limit=200) or "").strip(),
+                "help": (cmd.help or "").strip(),
+                "request_schema": REQUEST_SCHEMAS.get(path),
+                "result_schema": (path.replace(" ", "-") + "-result") if path in RESULTS else None,
+                "error_schema": "error",
+                "exit_codes": exits,
+                "detachable": any(p.name == "detach" for p in cmd.params),
+                "options": [_option(p) for p in cmd.params if p.name not in ("as_json",)],
+            }
+        )
     return out
 
 

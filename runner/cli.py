@@ -12,7 +12,9 @@ from .commands import COMMANDS, GROUPS, LazyGroup
 from .errors import CkoError, Exit
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(__version__, prog_name="cko")
 def cli() -> None:
     """cko runs one GPU-performance operation at a time inside a pinned, sandboxed container and
@@ -27,7 +29,6 @@ def cli() -> None:
     """
 
 
-
 def _wants_json(argv: list[str]) -> bool:
     head = argv[: argv.index("--")] if "--" in argv else argv
     return "--json" in head
@@ -38,8 +39,9 @@ def _usage_error(exc: click.ClickException) -> CkoError:
     param = getattr(exc, "param", None)
     name = getattr(param, "name", None) or getattr(exc, "param_hint", None)
     code = "usage" if isinstance(exc, click.UsageError) else "bad_request"
-    return CkoError(exc.format_message(), exit_code=Exit.BAD_REQUEST, code=code,
-                    field=str(name) if name else None)
+    return CkoError(
+        exc.format_message(), exit_code=Exit.BAD_REQUEST, code=code, field=str(name) if name else None
+    )
 
 
 def _command_of(argv: list[str]) -> str:

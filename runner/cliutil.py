@@ -63,16 +63,24 @@ def common(f: Callable[..., Any]) -> Callable[..., Any]:
         type=click.Path(path_type=Path),
         help="Artifact store directory.",
     )(f)
-    f = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout, nothing else.")(f)
+    f = click.option(
+        "--json", "as_json", is_flag=True, help="Print one JSON document on stdout, nothing else."
+    )(f)
     return f
 
 
 def fleet_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """Add --fleet and --gpu-model: where the command's invocations run (runner/executor.py)."""
-    f = click.option("--gpu-model", help="With --fleet: take the custom resource gpu:<MODEL> per GPU (e.g. H200).")(f)
-    f = click.option("--fleet", "fleet", metavar="ADDRESS",
-                     help="Run its invocations on a Ray cluster (host:port, ray://host:10001, auto) instead of "
-                          "this host. See docs/fleet.md.")(f)
+    f = click.option(
+        "--gpu-model", help="With --fleet: take the custom resource gpu:<MODEL> per GPU (e.g. H200)."
+    )(f)
+    f = click.option(
+        "--fleet",
+        "fleet",
+        metavar="ADDRESS",
+        help="Run its invocations on a Ray cluster (host:port, ray://host:10001, auto) instead of "
+        "this host. See docs/fleet.md.",
+    )(f)
     return f
 
 
@@ -96,7 +104,9 @@ def say(message: str) -> None:
 ARGV: list[str] = []
 
 
-def detachable(model: type[BaseModel] | None = None) -> Callable[[Callable[..., Outcome]], Callable[..., Outcome]]:
+def detachable(
+    model: type[BaseModel] | None = None,
+) -> Callable[[Callable[..., Outcome]], Callable[..., Outcome]]:
     """Add --detach: check the request (exit 2, nothing written), start the operation in the background
     and answer at once with its id."""
 
@@ -107,8 +117,12 @@ def detachable(model: type[BaseModel] | None = None) -> Callable[[Callable[..., 
                 return f(*args, **kwargs)
             return _start_detached(kwargs, model)
 
-        return click.option("--detach", is_flag=True, help="Return at once with the operation id (op-...); "
-                            "follow it with `cko status ID --follow` or `--wait`.")(wrapper)
+        return click.option(
+            "--detach",
+            is_flag=True,
+            help="Return at once with the operation id (op-...); "
+            "follow it with `cko status ID --follow` or `--wait`.",
+        )(wrapper)
 
     return deco
 
@@ -125,15 +139,19 @@ def _start_detached(kwargs: dict[str, Any], model: type[BaseModel] | None) -> Ou
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise bad_request(f"request: not valid JSON (line {exc.lineno}: {exc.msg})", field="request") from None
+            raise bad_request(
+                f"request: not valid JSON (line {exc.lineno}: {exc.msg})", field="request"
+            ) from None
         if model is not None:
             if not isinstance(doc, dict):
                 raise bad_request("request: must be a JSON object", field="request")
             model.model_validate(doc)
         stdin_text = text if str(request) == "-" else None
     doc = start(Store(kwargs["store"]), ARGV, stdin_text)
-    human = (f"detached: {doc['invocation_id']} (pid {doc['pid']}); follow with "
-             f"cko status {doc['invocation_id']} --follow")
+    human = (
+        f"detached: {doc['invocation_id']} (pid {doc['pid']}); follow with "
+        f"cko status {doc['invocation_id']} --follow"
+    )
     return Outcome(doc=doc, human=human)
 
 
@@ -149,7 +167,9 @@ def result_schema_name(command: str) -> str:
     return command.replace(" ", "-") + "-result" if command else "error"
 
 
-def envelope(doc: dict[str, Any], exit_code: int, command: str | None = None, *, error: bool = False) -> dict[str, Any]:
+def envelope(
+    doc: dict[str, Any], exit_code: int, command: str | None = None, *, error: bool = False
+) -> dict[str, Any]:
     """Add the common keys: ok (exit code 0), the command, its exit code and the schema it validates against."""
     cmd = command_name() if command is None else command
     name = "error" if error else (doc.get("schema") or result_schema_name(cmd))
@@ -191,8 +211,12 @@ def internal_error(exc: BaseException) -> CkoError:
     """A bug or an unexpected failure: the traceback goes to stderr and into the document's detail."""
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
     sys.stderr.write("".join(tb))
-    return CkoError(f"internal error: {type(exc).__name__}: {exc}", exit_code=Exit.FAILED, code="internal",
-                    detail={"exception": type(exc).__name__, "traceback": "".join(tb[-6:])})
+    return CkoError(
+        f"internal error: {type(exc).__name__}: {exc}",
+        exit_code=Exit.FAILED,
+        code="internal",
+        detail={"exception": type(exc).__name__, "traceback": "".join(tb[-6:])},
+    )
 
 
 def interrupted() -> CkoError:
@@ -250,4 +274,6 @@ def load_json_file(path: Path, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         where = "stdin" if str(path) == "-" else str(path)
-        raise bad_request(f"{what}: {where} is not valid JSON (line {exc.lineno}: {exc.msg})", field=what) from None
+        raise bad_request(
+            f"{what}: {where} is not valid JSON (line {exc.lineno}: {exc.msg})", field=what
+        ) from None

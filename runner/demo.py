@@ -31,13 +31,23 @@ def run_demo(store_dir: Path, example: str, console: Console) -> dict[str, Any]:
     if not (ex / "readiness.json").is_file():
         raise failed(f"example {example} not found at {ex}", code="missing_example")
     if store_dir.exists() and any(store_dir.iterdir()):
-        raise CkoError(f"--store {store_dir} is not empty; the demo runs in a fresh store", code="store_not_empty",
-                       field="store")
+        raise CkoError(
+            f"--store {store_dir} is not empty; the demo runs in a fresh store",
+            code="store_not_empty",
+            field="store",
+        )
     store = Store(store_dir)
     summary: dict[str, Any] = {"store": str(store.root), "example": example, "steps": {}}
     t_start = time.monotonic()
-    with Progress(SpinnerColumn(), TextColumn("{task.description}", style="bold", markup=False), BarColumn(), TextColumn("{task.fields[note]}", markup=False),
-                  TimeElapsedColumn(), console=console, transient=False) as prog:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}", style="bold", markup=False),
+        BarColumn(),
+        TextColumn("{task.fields[note]}", markup=False),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as prog:
         task = prog.add_task("cko demo", total=len(STEPS), note="")
 
         def step(name: str) -> None:
@@ -86,7 +96,10 @@ def run_demo(store_dir: Path, example: str, console: Console) -> dict[str, Any]:
             doc, _ = champion.select(store, tdoc["experiment"]["id"], "demo: target stage accepted")
             done("champion select", doc)
         else:
-            done("champion select", {"skipped": f"target stage outcome {tdoc['stage_outcome']}: nothing to select"})
+            done(
+                "champion select",
+                {"skipped": f"target stage outcome {tdoc['stage_outcome']}: nothing to select"},
+            )
 
         step("audit")
         adoc = audit(store, note)

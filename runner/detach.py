@@ -26,8 +26,15 @@ from .store import Store, check_id, new_id, write_new
 OPS_DIR = "operations"
 EVENTS_ENV = "CKO_EVENTS"
 # the exit code of a finished operation, as a state word (README, exit codes)
-STATE_OF_EXIT = {0: "succeeded", 1: "failed", 2: "bad_request", 3: "refused", 4: "timed_out", 5: "unavailable",
-                 130: "interrupted"}
+STATE_OF_EXIT = {
+    0: "succeeded",
+    1: "failed",
+    2: "bad_request",
+    3: "refused",
+    4: "timed_out",
+    5: "unavailable",
+    130: "interrupted",
+}
 
 
 def _now() -> str:
@@ -55,7 +62,7 @@ def op_dir(store: Store, op_id: str) -> Path:
 
 
 def _with_json(argv: list[str]) -> list[str]:
-    head, tail = (argv[: argv.index("--")], argv[argv.index("--"):]) if "--" in argv else (argv, [])
+    head, tail = (argv[: argv.index("--")], argv[argv.index("--") :]) if "--" in argv else (argv, [])
     head = [a for a in head if a != "--detach"]
     return head + ([] if "--json" in head else ["--json"]) + tail
 
@@ -70,12 +77,23 @@ def start(store: Store, argv: list[str], stdin_text: str | None) -> dict[str, An
     if stdin_text is not None:
         write_new(d / "stdin.json", stdin_text.encode())
     (d / "events.jsonl").touch()
-    proc = subprocess.Popen([sys.executable, "-m", "runner.detach", str(d)], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            cwd=os.getcwd())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner.detach", str(d)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        cwd=os.getcwd(),
+    )
     write_new(d / "launcher.pid", str(proc.pid).encode())
-    return {"detached": True, "invocation_id": op_id, "pid": proc.pid, "events": str(d / "events.jsonl"),
-            "schema": "detached-result", "argv": args}
+    return {
+        "detached": True,
+        "invocation_id": op_id,
+        "pid": proc.pid,
+        "events": str(d / "events.jsonl"),
+        "schema": "detached-result",
+        "argv": args,
+    }
 
 
 def _launch(d: Path) -> int:
@@ -86,10 +104,19 @@ def _launch(d: Path) -> int:
     event_file = d / "events.jsonl"
     os.environ[EVENTS_ENV] = str(event_file)
     event("started", argv=spec["argv"], pid=os.getpid())
-    with open(d / "stdout.json", "wb") as out, open(d / "stderr.log", "wb") as err, \
-            (open(stdin_path, "rb") if stdin_path.exists() else open(os.devnull, "rb")) as inp:
-        proc = subprocess.Popen([sys.executable, "-m", "runner", *spec["argv"]], stdin=inp, stdout=out, stderr=err,
-                                env=env, cwd=spec["cwd"])
+    with (
+        open(d / "stdout.json", "wb") as out,
+        open(d / "stderr.log", "wb") as err,
+        open(stdin_path, "rb") if stdin_path.exists() else open(os.devnull, "rb") as inp,
+    ):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runner", *spec["argv"]],
+            stdin=inp,
+            stdout=out,
+            stderr=err,
+            env=env,
+            cwd=spec["cwd"],
+        )
         write_new(d / "child.pid", str(proc.pid).encode())
 
         def forward(signum: int, _frame: Any) -> None:
@@ -138,8 +165,12 @@ def load(store: Store, op_id: str) -> dict[str, Any]:
     doc: dict[str, Any] = {"id": op_id, "argv": spec["argv"], "created_at": spec.get("created_at")}
     if ex.exists():
         e = json.loads(ex.read_text())
-        doc |= {"state": STATE_OF_EXIT.get(e["exit_code"], "failed"), "exit_code": e["exit_code"],
-                "ended_at": e.get("ended_at"), "running": False}
+        doc |= {
+            "state": STATE_OF_EXIT.get(e["exit_code"], "failed"),
+            "exit_code": e["exit_code"],
+            "ended_at": e.get("ended_at"),
+            "running": False,
+        }
         try:
             doc["result"] = json.loads((d / "stdout.json").read_text())
         except (OSError, ValueError):

@@ -69,5 +69,9 @@ def pydantic_error(exc: Any, what: str) -> CkoError:
     if len(errors) > 1:
         msg += f" (and {len(errors) - 1} more)"
     err = bad_request(msg, field=loc, code="invalid_request")
-    err.detail = {"errors": [{"field": ".".join(str(p) for p in e.get("loc", ())), "msg": e.get("msg")} for e in errors[:20]]}
+    err.detail = {
+        "errors": [
+            {"field": ".".join(str(p) for p in e.get("loc", ())), "msg": e.get("msg")} for e in errors[:20]
+        ]
+    }
     return err

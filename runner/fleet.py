@@ -218,12 +218,15 @@ def _pack_path(source: str, blobs: dict[str, bytes], budget: list[int]) -> dict[
     return {"kind": "dir", "files": files, "dirs": dirs}
 
 
-def _mounts_to_wire(mounts: list[sandbox.Mount], ship: Ship, blobs: dict[str, bytes],
-                    budget: list[int]) -> list[dict[str, Any]]:
+def _mounts_to_wire(
+    mounts: list[sandbox.Mount], ship: Ship, blobs: dict[str, bytes], budget: list[int]
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for m in mounts:
         if ship == "auto" and m.read_only:
-            out.append({"target": m.target, "read_only": True, "shipped": _pack_path(m.source, blobs, budget)})
+            out.append(
+                {"target": m.target, "read_only": True, "shipped": _pack_path(m.source, blobs, budget)}
+            )
         else:
             if not Path(m.source).is_absolute():
                 raise bad_request(
@@ -252,9 +255,17 @@ def plan_to_wire(plan: Plan, ship: Ship = "auto") -> tuple[dict[str, Any], dict[
     blobs: dict[str, bytes] = {}
     budget = [0]
     mounts = _mounts_to_wire(plan.mounts, ship, blobs, budget)
-    workers = [{"subject": w.subject, "uid": w.uid, "command": list(w.command), "env": dict(w.env),
-                "workdir": w.workdir, "mounts": _mounts_to_wire(w.mounts, ship, blobs, budget)}
-               for w in plan.workers]
+    workers = [
+        {
+            "subject": w.subject,
+            "uid": w.uid,
+            "command": list(w.command),
+            "env": dict(w.env),
+            "workdir": w.workdir,
+            "mounts": _mounts_to_wire(w.mounts, ship, blobs, budget),
+        }
+        for w in plan.workers
+    ]
     return {"plan": fields, "mounts": mounts, "workers": workers}, blobs
 
 
@@ -283,7 +294,9 @@ def _unpack_dir(shipped: Mapping[str, Any], blobs: Mapping[str, bytes], source: 
     source.chmod(0o555)
 
 
-def _mounts_from_wire(wire: list[Mapping[str, Any]], blobs: Mapping[str, bytes], dest: Path) -> list[sandbox.Mount]:
+def _mounts_from_wire(
+    wire: list[Mapping[str, Any]], blobs: Mapping[str, bytes], dest: Path
+) -> list[sandbox.Mount]:
     mounts: list[sandbox.Mount] = []
     for i, m in enumerate(wire):
         shipped = m.get("shipped")
@@ -308,10 +321,17 @@ def plan_from_wire(wire: Mapping[str, Any], blobs: Mapping[str, bytes], dest: Pa
     """Rebuild the Plan on a node: shipped inputs are written (read-only, verified) under dest."""
     plan = Plan(**wire["plan"])
     plan.mounts = _mounts_from_wire(list(wire["mounts"]), blobs, dest)
-    plan.workers = [WorkerLaunch(subject=str(w["subject"]), uid=int(w["uid"]), command=[str(c) for c in w["command"]],
-                                 env={str(k): str(v) for k, v in dict(w["env"]).items()}, workdir=str(w["workdir"]),
-                                 mounts=_mounts_from_wire(list(w["mounts"]), blobs, dest / f"w{i}"))
-                    for i, w in enumerate(wire.get("workers") or [])]
+    plan.workers = [
+        WorkerLaunch(
+            subject=str(w["subject"]),
+            uid=int(w["uid"]),
+            command=[str(c) for c in w["command"]],
+            env={str(k): str(v) for k, v in dict(w["env"]).items()},
+            workdir=str(w["workdir"]),
+            mounts=_mounts_from_wire(list(w["mounts"]), blobs, dest / f"w{i}"),
+        )
+        for i, w in enumerate(wire.get("workers") or [])
+    ]
     return plan
 
 
@@ -812,7 +832,10 @@ class Fleet:
         for attempt in range(1, attempts + 1):
             try:
                 ray.init(
-                    address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.ERROR
+                    address=self.address,
+                    namespace=NAMESPACE,
+                    log_to_driver=False,
+                    logging_level=logging.ERROR,
                 )
                 return
             except (ConnectionError, RuntimeError, ValueError) as exc:

@@ -87,8 +87,9 @@ class Cgroup:
         delay = 20e-6
         while self.frozen() != frozen:
             if time.monotonic() > deadline:
-                raise FreezerError(f"{self.freeze_file}: not {'frozen' if frozen else 'thawed'} after "
-                                   f"{FREEZE_TIMEOUT_S:g}s")
+                raise FreezerError(
+                    f"{self.freeze_file}: not {'frozen' if frozen else 'thawed'} after {FREEZE_TIMEOUT_S:g}s"
+                )
             if self.kind == "cgroup-v1" and frozen:
                 self.freeze_file.write_text("FROZEN")  # v1 may stay FREEZING until asked again
             time.sleep(delay)

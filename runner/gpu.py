@@ -18,8 +18,14 @@ from .identity import DeviceIdentity
 
 MODES = ("nvidia", "cdi", "devices", "none")
 # Driver libraries a CUDA program needs from the host, by soname (facts/machines.md).
-DRIVER_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1", "libnvidia-nvvm.so.4",
-               "libnvidia-gpucomp.so", "libcudadebugger.so.1")
+DRIVER_LIBS = (
+    "libcuda.so.1",
+    "libnvidia-ml.so.1",
+    "libnvidia-ptxjitcompiler.so.1",
+    "libnvidia-nvvm.so.4",
+    "libnvidia-gpucomp.so",
+    "libcudadebugger.so.1",
+)
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 IN_CONTAINER_LIB = "/opt/cko/driver/lib"
 IN_CONTAINER_BIN = "/opt/cko/driver/bin"
@@ -68,19 +74,21 @@ def host_gpus() -> HostGpus:
             ecc = opt(pynvml.nvmlDeviceGetEccMode, h)
             power = opt(pynvml.nvmlDeviceGetPowerManagementLimit, h)
             uuid = _s(pynvml.nvmlDeviceGetUUID(h))
-            out.devices.append(DeviceIdentity(
-                index=i,
-                uuid=uuid,
-                name=_s(pynvml.nvmlDeviceGetName(h)),
-                compute_capability=f"{major}.{minor}",
-                memory_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
-                mig_mode=None if mig is None else ("enabled" if mig[0] else "disabled"),
-                ecc_mode=None if ecc is None else ("enabled" if ecc[0] else "disabled"),
-                power_limit_w=None if power is None else power / 1000.0,
-                max_sm_clock_mhz=opt(pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_SM),
-                max_mem_clock_mhz=opt(pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_MEM),
-                pci_bus_id=_s(pynvml.nvmlDeviceGetPciInfo(h).busId),
-            ))
+            out.devices.append(
+                DeviceIdentity(
+                    index=i,
+                    uuid=uuid,
+                    name=_s(pynvml.nvmlDeviceGetName(h)),
+                    compute_capability=f"{major}.{minor}",
+                    memory_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+                    mig_mode=None if mig is None else ("enabled" if mig[0] else "disabled"),
+                    ecc_mode=None if ecc is None else ("enabled" if ecc[0] else "disabled"),
+                    power_limit_w=None if power is None else power / 1000.0,
+                    max_sm_clock_mhz=opt(pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_SM),
+                    max_mem_clock_mhz=opt(pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_MEM),
+                    pci_bus_id=_s(pynvml.nvmlDeviceGetPciInfo(h).busId),
+                )
+            )
             m = opt(pynvml.nvmlDeviceGetMinorNumber, h)
             if m is not None:
                 out.minors[uuid] = int(m)
@@ -141,23 +149,39 @@ def check_modes(engine_info: dict[str, Any] | None, gpus: HostGpus) -> list[Mode
         if "nvidia" in runtimes or shutil.which("nvidia-container-cli"):
             out.append(ModeCheck("nvidia", True))
         else:
-            out.append(ModeCheck("nvidia", False, "nvidia-container-toolkit not installed (no nvidia runtime)",
-                                 "install nvidia-container-toolkit, or use --gpu-mode devices"))
+            out.append(
+                ModeCheck(
+                    "nvidia",
+                    False,
+                    "nvidia-container-toolkit not installed (no nvidia runtime)",
+                    "install nvidia-container-toolkit, or use --gpu-mode devices",
+                )
+            )
         specs = [p for d in ("/etc/cdi", "/var/run/cdi") for p in Path(d).glob("*nvidia*")]
         version = str((engine_info or {}).get("ServerVersion", "0"))
         major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0
         if specs and major >= 25:
             out.append(ModeCheck("cdi", True))
         else:
-            out.append(ModeCheck("cdi", False,
-                                 "no CDI spec for nvidia" if not specs else f"engine {version} has no CDI support",
-                                 "nvidia-ctk cdi generate, with Docker >= 25; or use --gpu-mode devices"))
+            out.append(
+                ModeCheck(
+                    "cdi",
+                    False,
+                    "no CDI spec for nvidia" if not specs else f"engine {version} has no CDI support",
+                    "nvidia-ctk cdi generate, with Docker >= 25; or use --gpu-mode devices",
+                )
+            )
         libs = driver_libraries()
         missing_nodes = [n for n in ("/dev/nvidiactl",) if not os.path.exists(n)]
         if "libcuda.so.1" not in libs or missing_nodes:
-            out.append(ModeCheck("devices", False,
-                                 f"missing {'libcuda.so.1' if 'libcuda.so.1' not in libs else missing_nodes[0]}",
-                                 "check the driver installation (ldconfig -p | grep libcuda)"))
+            out.append(
+                ModeCheck(
+                    "devices",
+                    False,
+                    f"missing {'libcuda.so.1' if 'libcuda.so.1' not in libs else missing_nodes[0]}",
+                    "check the driver installation (ldconfig -p | grep libcuda)",
+                )
+            )
         else:
             out.append(ModeCheck("devices", True))
     out.append(ModeCheck("none", True))
@@ -194,13 +218,17 @@ def grant(mode: str, uuids: list[str], gpus: HostGpus) -> GpuGrant:
     if mode == "nvidia":
         import docker
 
-        g.device_requests.append(docker.types.DeviceRequest(driver="nvidia", device_ids=list(uuids),
-                                                            capabilities=[["gpu", "compute", "utility"]]))
+        g.device_requests.append(
+            docker.types.DeviceRequest(
+                driver="nvidia", device_ids=list(uuids), capabilities=[["gpu", "compute", "utility"]]
+            )
+        )
     elif mode == "cdi":
         import docker
 
-        g.device_requests.append(docker.types.DeviceRequest(driver="cdi",
-                                                            device_ids=[f"nvidia.com/gpu={u}" for u in uuids]))
+        g.device_requests.append(
+            docker.types.DeviceRequest(driver="cdi", device_ids=[f"nvidia.com/gpu={u}" for u in uuids])
+        )
     elif mode == "devices":
         for node in CONTROL_NODES:
             if os.path.exists(node):

@@ -19,7 +19,9 @@ def _ci(e: Experiment) -> str:
     for c in e.cases:
         p = c.primary
         if p.get("ci_low_pct") is not None:
-            parts.append(f"{c.case} {p['effect_pct']:+.2f}% [{p['ci_low_pct']:+.2f}, {p['ci_high_pct']:+.2f}]")
+            parts.append(
+                f"{c.case} {p['effect_pct']:+.2f}% [{p['ci_low_pct']:+.2f}, {p['ci_high_pct']:+.2f}]"
+            )
     return "; ".join(parts) or "no interval"
 
 
@@ -35,9 +37,15 @@ def _conclusions(t: Target, exps: list[Experiment], data: dict[str, Any]) -> lis
         return [f"- `{t.id}` ({t.name}): no champion selected; the original stands."]
     ptr = champ["pointer"]
     vid = (ptr.get("variant") or {}).get("id")
-    formal = [e for e in exps if e.variant and e.variant.id == vid and e.stage == "target" and e.outcome == "accepted"]
+    formal = [
+        e
+        for e in exps
+        if e.variant and e.variant.id == vid and e.stage == "target" and e.outcome == "accepted"
+    ]
     rest = f"; rests on target stage `{formal[0].id}`: {_ci(formal[0])}" if formal else ""
-    return [f"- `{t.id}` ({t.name}): champion `{vid or 'the original'}` (selection `{ptr['selection']['id']}`){rest}."]
+    return [
+        f"- `{t.id}` ({t.name}): champion `{vid or 'the original'}` (selection `{ptr['selection']['id']}`){rest}."
+    ]
 
 
 def _gaps(t: Target, exps: list[Experiment], data: dict[str, Any]) -> list[str]:
@@ -47,15 +55,24 @@ def _gaps(t: Target, exps: list[Experiment], data: dict[str, Any]) -> list[str]:
         gaps.append(f"- `{t.id}`: no baseline, so no A/A resolution on record.")
     for b in bases:
         if not b.min_effect_resolvable:
-            gaps.append(f"- baseline `{b.id}`: minimum effect {b.min_effect_pct:g}% is not above the A/A resolution "
-                        f"{b.resolution_pct:.2f}%.")
+            gaps.append(
+                f"- baseline `{b.id}`: minimum effect {b.min_effect_pct:g}% is not above the A/A resolution "
+                f"{b.resolution_pct:.2f}%."
+            )
         if b.measured_under_load:
             gaps.append(f"- baseline `{b.id}`: resolution measured under foreign load.")
     for e in exps:
         if e.outcome in ("void", "failed_run", "integrity_violation"):
             gaps.append(f"- {e.stage} `{e.id}`: {e.outcome} ({', '.join(r.code for r in e.reasons)}).")
-        missing = [n for n, v in (("hypothesis", e.hypothesis), ("cheapest_falsifier", e.cheapest_falsifier),
-                                  ("estimated_cost", (e.cost or {}).get("estimated"))) if not v]
+        missing = [
+            n
+            for n, v in (
+                ("hypothesis", e.hypothesis),
+                ("cheapest_falsifier", e.cheapest_falsifier),
+                ("estimated_cost", (e.cost or {}).get("estimated")),
+            )
+            if not v
+        ]
         if missing:
             gaps.append(f"- {e.stage} `{e.id}`: no {', '.join(missing)} recorded.")
     if not any(e.stage == "audit" for e in exps) and data["champion"]["champions"].get(t.id):
@@ -75,10 +92,22 @@ def _environment(t: Target) -> str:
 
 
 def handoff(data: dict[str, Any]) -> str:
-    sec: dict[str, list[str]] = {k: [] for k in ("Conclusions", "Kept changes", "Rejected directions",
-                                                   "Open directions", "Gain ranges", "Environment", "Evidence gaps")}
+    sec: dict[str, list[str]] = {
+        k: []
+        for k in (
+            "Conclusions",
+            "Kept changes",
+            "Rejected directions",
+            "Open directions",
+            "Gain ranges",
+            "Environment",
+            "Evidence gaps",
+        )
+    }
     for t in data["targets"]:
-        exps = sorted((e for e in data["experiments"] if e.target.id == t.id), key=lambda e: (e.created_at, e.id))
+        exps = sorted(
+            (e for e in data["experiments"] if e.target.id == t.id), key=lambda e: (e.created_at, e.id)
+        )
         sec["Conclusions"] += _conclusions(t, exps, data)
         champ = (data["champion"]["champions"].get(t.id) or {}).get("pointer") or {}
         kept = (champ.get("variant") or {}).get("id")
@@ -87,7 +116,9 @@ def handoff(data: dict[str, Any]) -> str:
             if e.variant and e.variant.id == kept and e.stage == "target":
                 sec["Kept changes"].append(line + (f"; hypothesis: {e.hypothesis}" if e.hypothesis else ""))
             elif e.outcome in REJECTED:
-                sec["Rejected directions"].append(line + (f"; hypothesis: {e.hypothesis}" if e.hypothesis else ""))
+                sec["Rejected directions"].append(
+                    line + (f"; hypothesis: {e.hypothesis}" if e.hypothesis else "")
+                )
             elif e.outcome in ("promising", "open", "inconclusive", "constraint_inconclusive"):
                 sec["Open directions"].append(line)
             if e.stage in ("target", "audit") and e.outcome == "accepted":
@@ -98,6 +129,12 @@ def handoff(data: dict[str, Any]) -> str:
     for name, lines in sec.items():
         out += [f"## {name}", *(lines or ["- none"]), ""]
     stops = data.get("terminations", [])
-    out += ["## Why it stopped", *([f"- {s.created_at} `{s.id}`: {s.reason}" + (f" (by {s.by})" if s.by else "")
-                                    for s in stops] or ["- no termination recorded (cko stop --reason)"]), ""]
+    out += [
+        "## Why it stopped",
+        *(
+            [f"- {s.created_at} `{s.id}`: {s.reason}" + (f" (by {s.by})" if s.by else "") for s in stops]
+            or ["- no termination recorded (cko stop --reason)"]
+        ),
+        "",
+    ]
     return "\n".join(out)

@@ -69,8 +69,9 @@ def open_nofollow(real: str, flags: int = O_PATH) -> int:
     try:
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
-            nxt = os.open(part, (flags if last else O_PATH | os.O_DIRECTORY) | os.O_NOFOLLOW | os.O_CLOEXEC,
-                          dir_fd=cur)
+            nxt = os.open(
+                part, (flags if last else O_PATH | os.O_DIRECTORY) | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=cur
+            )
             os.close(cur)
             cur = nxt
         if not parts and flags != O_PATH:
@@ -106,8 +107,13 @@ def _kind_refusal(st: os.stat_result) -> str | None:
     m = st.st_mode
     if stat.S_ISREG(m) or stat.S_ISDIR(m):
         return None
-    return {stat.S_ISCHR(m): "a character device", stat.S_ISBLK(m): "a block device", stat.S_ISFIFO(m): "a FIFO",
-            stat.S_ISSOCK(m): "a socket", stat.S_ISLNK(m): "a symbolic link"}.get(True, "not a regular file")
+    return {
+        stat.S_ISCHR(m): "a character device",
+        stat.S_ISBLK(m): "a block device",
+        stat.S_ISFIFO(m): "a FIFO",
+        stat.S_ISSOCK(m): "a socket",
+        stat.S_ISLNK(m): "a symbolic link",
+    }.get(True, "not a regular file")
 
 
 @dataclass
@@ -143,8 +149,11 @@ def resolve(path: str | Path, field: str, rule: str = "forbidden_mount") -> Open
         fd = open_nofollow(str(real))
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT, errno.EXDEV):
-            raise refused(f"{field}: {path} changed while cko checked it (a symbolic link appeared in {real}); "
-                          "nothing was read", rule="path_changed") from None
+            raise refused(
+                f"{field}: {path} changed while cko checked it (a symbolic link appeared in {real}); "
+                "nothing was read",
+                rule="path_changed",
+            ) from None
         raise bad_request(f"{field}: cannot open {real}: {exc.strerror}", field=field) from None
     st = os.fstat(fd)
     kind = _kind_refusal(st)
@@ -159,8 +168,11 @@ def check_roots(policy: Policy, op: Opened, origin: str, field: str) -> None:
         return
     roots = [Path(r).resolve() for r in policy.mount_roots]
     if not any(_within(op.real, r) for r in roots):
-        raise refused(f"{field}: {origin} resolves to {op.real}, outside the allowed roots "
-                      f"{', '.join(str(r) for r in roots)}", rule="mount_roots")
+        raise refused(
+            f"{field}: {origin} resolves to {op.real}, outside the allowed roots "
+            f"{', '.join(str(r) for r in roots)}",
+            rule="mount_roots",
+        )
 
 
 def reopen(fd: int, flags: int = os.O_RDONLY) -> int:
@@ -171,11 +183,15 @@ def reopen(fd: int, flags: int = os.O_RDONLY) -> int:
 def _check_file(st: os.stat_result, rel: str, field: str) -> None:
     kind = _kind_refusal(st)
     if kind:
-        raise refused(f"{field}: {rel} is {kind}; only regular files and directories are taken", rule="forbidden_mount")
+        raise refused(
+            f"{field}: {rel} is {kind}; only regular files and directories are taken", rule="forbidden_mount"
+        )
     if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
         # A hard link can name a file the caller could not read by its other name: never followed.
-        raise refused(f"{field}: {rel} is a hard link ({st.st_nlink} names); copy it to a plain file",
-                      rule="forbidden_mount")
+        raise refused(
+            f"{field}: {rel} is a hard link ({st.st_nlink} names); copy it to a plain file",
+            rule="forbidden_mount",
+        )
 
 
 def read_all(fd: int, limit: int, what: str, field: str) -> bytes:
@@ -199,9 +215,17 @@ class Entry:
     link: str | None = None  # with links=True: a symbolic link's text (fd is -1; never followed)
 
 
-def walk(root: Opened, field: str, *, skip: Callable[[str, bool], bool] = lambda _r, _d: False,
-         max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH,
-         strict: bool = True, links: bool = False) -> Iterator[Entry]:
+def walk(
+    root: Opened,
+    field: str,
+    *,
+    skip: Callable[[str, bool], bool] = lambda _r, _d: False,
+    max_files: int = MAX_FILES,
+    max_bytes: int = MAX_BYTES,
+    max_depth: int = MAX_DEPTH,
+    strict: bool = True,
+    links: bool = False,
+) -> Iterator[Entry]:
     """Regular files under a held directory, by descriptor, sorted, iteratively, within bounds.
 
     strict: refuse links, specials and other filesystems (else skip them). `skip(rel, is_dir)`."""
@@ -225,7 +249,9 @@ def walk(root: Opened, field: str, *, skip: Callable[[str, bool], bool] = lambda
                         continue
                     if is_dir:
                         if depth + 1 > max_depth:
-                            raise bad_request(f"{field}: {rel} is deeper than {max_depth} levels", field=field)
+                            raise bad_request(
+                                f"{field}: {rel} is deeper than {max_depth} levels", field=field
+                            )
                         subdirs.append((name, rel))
                         continue
                     if links and stat.S_ISLNK(st.st_mode):
@@ -238,18 +264,25 @@ def walk(root: Opened, field: str, *, skip: Callable[[str, bool], bool] = lambda
                     files += 1
                     total += st.st_size
                     if files > max_files or total > max_bytes:
-                        raise bad_request(f"{field}: more than {max_files} files or {max_bytes >> 20} MiB",
-                                          field=field)
-                    ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+                        raise bad_request(
+                            f"{field}: more than {max_files} files or {max_bytes >> 20} MiB", field=field
+                        )
+                    ffd = os.open(
+                        name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd
+                    )
                     try:
                         fst = os.fstat(ffd)
-                        if (fst.st_ino, fst.st_dev) != (st.st_ino, st.st_dev) or not stat.S_ISREG(fst.st_mode):
+                        if (fst.st_ino, fst.st_dev) != (st.st_ino, st.st_dev) or not stat.S_ISREG(
+                            fst.st_mode
+                        ):
                             raise refused(f"{field}: {rel} changed while cko read it", rule="path_changed")
                         yield Entry(rel, fst, ffd)
                     finally:
                         os.close(ffd)
                 for name, rel in reversed(subdirs):
-                    sfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+                    sfd = os.open(
+                        name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd
+                    )
                     stack.append((sfd, rel + "/", depth + 1))
             finally:
                 os.close(dfd)
@@ -289,20 +322,28 @@ def copy_in(op: Opened, dest: Path, field: str) -> Path:
     return dest
 
 
-def admit_mount(policy: Policy, source: str, read_only: bool, owned: tuple[Path, ...], staging: Path | None,
-                index: int) -> Path:
+def admit_mount(
+    policy: Policy, source: str, read_only: bool, owned: tuple[Path, ...], staging: Path | None, index: int
+) -> Path:
     """Where the container will mount what `source` names: cko's own scratch as is, else a checked copy."""
     with resolve(source, "mount") as op:
         if any(_within(op.real, Path(r).resolve()) for r in owned):
             if op.st.st_uid != os.geteuid():
-                raise refused(f"mount: {op.real} lies in cko's scratch but is not cko's", rule="forbidden_mount")
+                raise refused(
+                    f"mount: {op.real} lies in cko's scratch but is not cko's", rule="forbidden_mount"
+                )
             return op.real
         check_roots(policy, op, source, "mount")
         if not read_only:
-            raise bad_request(f"mount {source}: a host path is mounted read-only (a copy cko owns); write to "
-                              "/cko/out instead", field="mount")
+            raise bad_request(
+                f"mount {source}: a host path is mounted read-only (a copy cko owns); write to "
+                "/cko/out instead",
+                field="mount",
+            )
         if staging is None:
-            raise CkoError("internal: no staging directory for a host mount", exit_code=Exit.FAILED, code="internal")
+            raise CkoError(
+                "internal: no staging directory for a host mount", exit_code=Exit.FAILED, code="internal"
+            )
         return copy_in(op, staging / f"m{index}" / (op.real.name or "root"), "mount")
 
 

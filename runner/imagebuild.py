@@ -42,17 +42,49 @@ from .images import (
 
 Progress = Callable[[str], None]
 DEBIAN_SUITE = "bookworm"
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-             "any")
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "any",
+)
 # Parts of a debootstrap root an operation never needs (smaller image), and ones that differ per run.
-SLIM_PATHS = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
-              "usr/share/info", "usr/share/locale", "usr/share/lintian", "usr/share/common-licenses",
-              "var/log", "var/cache/debconf", "var/cache/ldconfig", "run", "tmp", "var/tmp")
-NOISE_FILES = ("etc/passwd-", "etc/group-", "etc/shadow-", "etc/gshadow-", "var/lib/dpkg/status-old",
-               "var/lib/dpkg/diversions-old", "var/lib/dpkg/statoverride-old", "var/cache/apt/pkgcache.bin",
-               "var/cache/apt/srcpkgcache.bin", "var/lib/dbus/machine-id", "var/lib/systemd/random-seed")
-ENV = {"PATH": "/opt/cko/bin:/usr/local/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1",
-       "PYTHONUNBUFFERED": "1", "HOME": "/tmp"}
+SLIM_PATHS = (
+    "var/cache/apt/archives",
+    "var/lib/apt/lists",
+    "usr/share/doc",
+    "usr/share/man",
+    "usr/share/info",
+    "usr/share/locale",
+    "usr/share/lintian",
+    "usr/share/common-licenses",
+    "var/log",
+    "var/cache/debconf",
+    "var/cache/ldconfig",
+    "run",
+    "tmp",
+    "var/tmp",
+)
+NOISE_FILES = (
+    "etc/passwd-",
+    "etc/group-",
+    "etc/shadow-",
+    "etc/gshadow-",
+    "var/lib/dpkg/status-old",
+    "var/lib/dpkg/diversions-old",
+    "var/lib/dpkg/statoverride-old",
+    "var/cache/apt/pkgcache.bin",
+    "var/cache/apt/srcpkgcache.bin",
+    "var/lib/dbus/machine-id",
+    "var/lib/systemd/random-seed",
+)
+ENV = {
+    "PATH": "/opt/cko/bin:/usr/local/bin:/usr/bin:/bin",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+    "HOME": "/tmp",
+}
 WORK_DIRS = ("cko/in", "cko/out", "cko/subjects", "cko/harness", "cko/request")
 VENV_SCRIPT = """set -e
 python3 -m venv /opt/cko
@@ -83,20 +115,33 @@ def _run(cmd: list[str], what: str, progress: Progress) -> None:
 
 # -- the Debian root ---------------------------------------------------------------------------
 
+
 def ensure_rootfs(progress: Progress) -> Path:
     """A slim, normalised Debian root made by debootstrap (cached; the .debs too)."""
     target = cache_dir() / "rootfs" / f"{DEBIAN_SUITE}-minbase"
     if (target / ".cko-normalised").exists():
         return target
     if shutil.which("debootstrap") is None:
-        raise unavailable("debootstrap is not installed (apt-get install debootstrap)", code="build_tool_missing")
+        raise unavailable(
+            "debootstrap is not installed (apt-get install debootstrap)", code="build_tool_missing"
+        )
     tmp = target.with_name(target.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     debs = Path(os.environ.get("CKO_DEB_CACHE") or cache_dir() / "debs")
     debs.mkdir(parents=True, exist_ok=True)
-    _run(["debootstrap", "--variant=minbase", "--include=python3,python3-venv", f"--cache-dir={debs}",
-          DEBIAN_SUITE, str(tmp)], "debootstrap", progress)
+    _run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            "--include=python3,python3-venv",
+            f"--cache-dir={debs}",
+            DEBIAN_SUITE,
+            str(tmp),
+        ],
+        "debootstrap",
+        progress,
+    )
     normalise_rootfs(tmp)
     tmp.rename(target)
     return target
@@ -121,15 +166,21 @@ def normalise_rootfs(root: Path) -> None:
         (root / rel).unlink(missing_ok=True)
     for pyc in sorted(root.glob("usr/lib/python3*/**/__pycache__")):
         shutil.rmtree(pyc, ignore_errors=True)
-    for rel, text in (("etc/machine-id", ""), ("etc/hostname", "cko\n"), ("etc/resolv.conf", ""),
-                      ("etc/hosts", "127.0.0.1\tlocalhost\n")):
+    for rel, text in (
+        ("etc/machine-id", ""),
+        ("etc/hostname", "cko\n"),
+        ("etc/resolv.conf", ""),
+        ("etc/hosts", "127.0.0.1\tlocalhost\n"),
+    ):
         p = root / rel
         if p.exists() or p.is_symlink():
             p.unlink()
         p.write_text(text)
     shadow = root / "etc" / "shadow"
     if shadow.exists():  # field 3 is the day of the last password change: the day debootstrap ran
-        lines = [":".join(f[:2] + [""] + f[3:]) for f in (ln.split(":") for ln in shadow.read_text().splitlines())]
+        lines = [
+            ":".join(f[:2] + [""] + f[3:]) for f in (ln.split(":") for ln in shadow.read_text().splitlines())
+        ]
         shadow.write_text("\n".join(lines) + "\n")
     (root / "tmp").chmod(0o1777)
     (root / ".cko-normalised").write_text("")
@@ -143,6 +194,7 @@ def _packages(root: Path) -> str:
 
 
 # -- layers ----------------------------------------------------------------------------------
+
 
 def _cached_layer(key: str, comment: str, make: Callable[[oci.LayerWriter], Path | None]) -> oci.Layer:
     meta = cache_dir() / "layers" / f"{key}.json"
@@ -167,13 +219,23 @@ def base_layer(progress: Progress) -> tuple[oci.Layer, dict[str, Any]]:
     root = ensure_rootfs(progress)
     pk = _packages(root)
     progress("base layer (normalised debootstrap root)")
-    layer = _cached_layer(f"base-{DEBIAN_SUITE}-{pk}-{oci.epoch()}", f"debootstrap --variant=minbase {DEBIAN_SUITE}",
-                          lambda lw: lw.add_tree(root, skip=lambda rel: rel == ".cko-normalised"))  # type: ignore[func-returns-value]
-    return layer, {"kind": "debootstrap", "suite": DEBIAN_SUITE, "variant": "minbase", "packages_sha256": pk,
-                   "layer": f"sha256:{layer.digest}"}
+    layer = _cached_layer(
+        f"base-{DEBIAN_SUITE}-{pk}-{oci.epoch()}",
+        f"debootstrap --variant=minbase {DEBIAN_SUITE}",
+        lambda lw: lw.add_tree(root, skip=lambda rel: rel == ".cko-normalised"),
+    )
+    return layer, {
+        "kind": "debootstrap",
+        "suite": DEBIAN_SUITE,
+        "variant": "minbase",
+        "packages_sha256": pk,
+        "layer": f"sha256:{layer.digest}",
+    }
 
 
-def ensure_wheels(req_lines: list[str], python: str, resolve: bool, progress: Progress) -> tuple[Path, dict[str, str]]:
+def ensure_wheels(
+    req_lines: list[str], python: str, resolve: bool, progress: Progress
+) -> tuple[Path, dict[str, str]]:
     """A wheelhouse for the image's Python, made by the host's pip (the container has no index)."""
     text = "\n".join(req_lines) + "\n"
     key = sha256_bytes(f"{python}\0{resolve}\0{text}".encode())[:24]
@@ -187,20 +249,49 @@ def ensure_wheels(req_lines: list[str], python: str, resolve: bool, progress: Pr
         wheels.mkdir(parents=True, exist_ok=True)
         (wheels / "requirements.txt").write_text(text)
         plat = [a for p in PLATFORMS for a in ("--platform", p)]
-        _run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
-              *([] if resolve else ["--no-deps"]), "--python-version", python, "--implementation", "cp", *plat,
-              "-d", str(wheels), "-r", str(wheels / "requirements.txt")], "pip download (wheelhouse)", progress)
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--only-binary=:all:",
+                *([] if resolve else ["--no-deps"]),
+                "--python-version",
+                python,
+                "--implementation",
+                "cp",
+                *plat,
+                "-d",
+                str(wheels),
+                "-r",
+                str(wheels / "requirements.txt"),
+            ],
+            "pip download (wheelhouse)",
+            progress,
+        )
         (wheels / ".complete").write_text("")
     (wheels / "requirements.txt").write_text(text)
     return wheels, {p.name: sha256_file(p) for p in sorted(wheels.glob("*.whl"))}
 
 
-def _in_container(client: Any, image_id: str, script: str, mounts: dict[str, dict[str, str]], what: str) -> None:
+def _in_container(
+    client: Any, image_id: str, script: str, mounts: dict[str, dict[str, str]], what: str
+) -> None:
     from docker.errors import ContainerError
 
     try:
-        client.containers.run(image_id, ["sh", "-c", script], network_mode="none", volumes=mounts, remove=True,
-                              user="0:0", stdout=True, stderr=True)
+        client.containers.run(
+            image_id,
+            ["sh", "-c", script],
+            network_mode="none",
+            volumes=mounts,
+            remove=True,
+            user="0:0",
+            stdout=True,
+            stderr=True,
+        )
     except ContainerError as exc:
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else str(exc.stderr)
         raise unavailable(f"{what} failed: {err.strip()[-600:]}", code="build_failed") from None
@@ -214,32 +305,53 @@ def _scratch(name: str) -> Path:
     return d
 
 
-def venv_layer(client: Any, base_id: str, base: oci.Layer, req: Path, progress: Progress) -> tuple[oci.Layer, dict]:
+def venv_layer(
+    client: Any, base_id: str, base: oci.Layer, req: Path, progress: Progress
+) -> tuple[oci.Layer, dict[str, str]]:
     lines = [ln.strip() for ln in req.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     wheels, hashes = ensure_wheels(lines, "3.11", False, progress)
-    key = "venv-" + sha256_bytes(json.dumps([base.digest, hashes, lines, VENV_SCRIPT, oci.epoch()]).encode())[:32]
+    key = (
+        "venv-"
+        + sha256_bytes(json.dumps([base.digest, hashes, lines, VENV_SCRIPT, oci.epoch()]).encode())[:32]
+    )
 
     def make(lw: oci.LayerWriter) -> Path:
         out = _scratch("venv")
         progress("installing cko's Python environment (container, no network)")
-        _in_container(client, base_id, VENV_SCRIPT, {str(wheels): {"bind": "/w", "mode": "ro"},
-                                                     str(out): {"bind": "/opt/cko", "mode": "rw"}}, "venv install")
+        _in_container(
+            client,
+            base_id,
+            VENV_SCRIPT,
+            {str(wheels): {"bind": "/w", "mode": "ro"}, str(out): {"bind": "/opt/cko", "mode": "rw"}},
+            "venv install",
+        )
         lw.add_tree(out, "opt/cko", owner=(0, 0))
         return out
 
     return _cached_layer(key, "cko venv (/opt/cko)", make), hashes
 
 
-def extra_layer(client: Any, base_id: str, base: oci.Layer, recipe: Recipe, progress: Progress) -> tuple[oci.Layer, dict]:
+def extra_layer(
+    client: Any, base_id: str, base: oci.Layer, recipe: Recipe, progress: Progress
+) -> tuple[oci.Layer, dict[str, str]]:
     wheels, hashes = ensure_wheels(list(recipe.packages), recipe.python, True, progress)
-    key = "extra-" + sha256_bytes(json.dumps([base.digest, hashes, recipe.packages, EXTRA_SCRIPT,
-                                              oci.epoch()]).encode())[:32]
+    key = (
+        "extra-"
+        + sha256_bytes(
+            json.dumps([base.digest, hashes, recipe.packages, EXTRA_SCRIPT, oci.epoch()]).encode()
+        )[:32]
+    )
 
     def make(lw: oci.LayerWriter) -> Path:
         out = _scratch("extra")
         progress(f"installing {', '.join(recipe.packages)} (container, no network)")
-        _in_container(client, base_id, EXTRA_SCRIPT, {str(wheels): {"bind": "/w", "mode": "ro"},
-                                                      str(out): {"bind": "/out", "mode": "rw"}}, "package install")
+        _in_container(
+            client,
+            base_id,
+            EXTRA_SCRIPT,
+            {str(wheels): {"bind": "/w", "mode": "ro"}, str(out): {"bind": "/out", "mode": "rw"}},
+            "package install",
+        )
         lw.add_tree(out, "opt/cko/extra", owner=(0, 0))
         return out
 
@@ -254,8 +366,14 @@ def ops_layer(progress: Progress) -> oci.Layer:
         raise unavailable(f"building the trace scanner failed: {exc}", field="native") from None
     ops = operations_dir()
     lw = oci.LayerWriter(cache_dir() / "layers" / f".ops-{os.getpid()}.tar")
-    lw.add_tree(ops, "opt/cko/src/operations", owner=(0, 0),
-                skip=lambda rel: "__pycache__" in rel.split("/") or rel.endswith(".pyc") or "/.trace_scan." in "/" + rel)
+    lw.add_tree(
+        ops,
+        "opt/cko/src/operations",
+        owner=(0, 0),
+        skip=lambda rel: (
+            "__pycache__" in rel.split("/") or rel.endswith(".pyc") or "/.trace_scan." in "/" + rel
+        ),
+    )
     for d in WORK_DIRS:
         lw.add_dir(d)
     digest = lw.write()
@@ -266,6 +384,7 @@ def ops_layer(progress: Progress) -> oci.Layer:
 
 # -- assembling ------------------------------------------------------------------------------
 
+
 def _load(client: Any, archive: Path, image_id: str, repo: str, progress: Progress) -> None:
     if not image_present(client, image_id):
         progress(f"docker load {archive.name}")
@@ -274,8 +393,9 @@ def _load(client: Any, archive: Path, image_id: str, repo: str, progress: Progre
     client.images.get(image_id).tag(repo, image_id.split(":", 1)[1][:12])
 
 
-def _assemble(client: Any, layers: list[oci.Layer], repo: str, labels: dict[str, str],
-              progress: Progress) -> dict[str, str]:
+def _assemble(
+    client: Any, layers: list[oci.Layer], repo: str, labels: dict[str, str], progress: Progress
+) -> dict[str, str]:
     """Config + archive (cached by image id) + load; tagged REPO:<id prefix>, a tag nothing else reuses."""
     cfg = oci.image_config(layers, env=ENV, user="65534:65534", workdir="/tmp", labels=labels)
     image_hex = sha256_bytes(oci.canonical_json(cfg))
@@ -283,7 +403,7 @@ def _assemble(client: Any, layers: list[oci.Layer], repo: str, labels: dict[str,
     ref = f"{repo}:{image_hex[:12]}"
     meta = archive.with_suffix(".json")
     if archive.is_file() and meta.is_file():
-        out = json.loads(meta.read_text())
+        out: dict[str, str] = json.loads(meta.read_text())
     else:
         progress(f"writing the image archive ({sum(la.path.stat().st_size for la in layers) / 1e6:.0f} MB)")
         out = oci.write_archive(archive, layers, cfg, ref)
@@ -301,20 +421,32 @@ def _base_image(client: Any, progress: Progress) -> tuple[oci.Layer, dict[str, A
 def recipe_layers(client: Any, recipe: Recipe, progress: Progress) -> tuple[list[oci.Layer], dict[str, Any]]:
     """The layers below the supervisor, and what went into them."""
     if recipe.kind != "layers":
-        raise bad_request(f"image {recipe.name}: only a packages recipe can be a base (is {recipe.kind})",
-                          field="base")
+        raise bad_request(
+            f"image {recipe.name}: only a packages recipe can be a base (is {recipe.kind})", field="base"
+        )
     if recipe.base == "debootstrap":
         base, info, base_id = _base_image(client, progress)
-        venv, hashes = venv_layer(client, base_id, base, assets_root() / "images" / "requirements-cpu.txt", progress)
+        venv, hashes = venv_layer(
+            client, base_id, base, assets_root() / "images" / "requirements-cpu.txt", progress
+        )
         layers, inputs = [base, venv], {"base": info, "wheels": hashes}
     else:
         layers, inputs = recipe_layers(client, load_recipe(recipe.base), progress)
         inputs = {"base": {"kind": "recipe", "name": recipe.base, **inputs}}
     if recipe.packages or recipe.requirements:
         if recipe.requirements:
-            recipe = recipe.model_copy(update={"packages": [*recipe.packages, *[
-                ln.strip() for ln in recipe_file(recipe, recipe.requirements).read_text().splitlines()
-                if ln.strip() and not ln.startswith("#")]]})
+            recipe = recipe.model_copy(
+                update={
+                    "packages": [
+                        *recipe.packages,
+                        *[
+                            ln.strip()
+                            for ln in recipe_file(recipe, recipe.requirements).read_text().splitlines()
+                            if ln.strip() and not ln.startswith("#")
+                        ],
+                    ]
+                }
+            )
         _, _, base_id = _base_image(client, progress)
         extra, hashes = extra_layer(client, base_id, layers[0], recipe, progress)
         layers.append(extra)
@@ -327,50 +459,82 @@ def layered_build(client: Any, recipe: Recipe, progress: Progress) -> ImageEntry
     layers, inputs = recipe_layers(client, recipe, progress)
     layers.append(ops_layer(progress))
     ih = inputs_hash(recipe.name, recipe)
-    out = _assemble(client, layers, f"cko/{recipe.name}", {"org.cko.image": recipe.name, "org.cko.inputs": ih},
-                    progress)
+    out = _assemble(
+        client, layers, f"cko/{recipe.name}", {"org.cko.image": recipe.name, "org.cko.inputs": ih}, progress
+    )
     _smoke(client, out["image_id"], recipe)
     size = sum(la.path.stat().st_size for la in layers)
     progress(f"{recipe.name}: {out['image_id'][:19]} in {time.monotonic() - started:.0f} s")
-    return ImageEntry(name=recipe.name, tag=out["tag"], kind="layers", reproducible=True, inputs_sha256=ih,
-                      build_inputs=inputs | {"layers": [f"sha256:{la.digest}" for la in layers],
-                                             "source_date_epoch": oci.epoch()},
-                      image_id=out["image_id"], manifest_digest=out["manifest_digest"], size_bytes=size)
+    return ImageEntry(
+        name=recipe.name,
+        tag=out["tag"],
+        kind="layers",
+        reproducible=True,
+        inputs_sha256=ih,
+        build_inputs=inputs
+        | {"layers": [f"sha256:{la.digest}" for la in layers], "source_date_epoch": oci.epoch()},
+        image_id=out["image_id"],
+        manifest_digest=out["manifest_digest"],
+        size_bytes=size,
+    )
 
 
 def _smoke(client: Any, image_id: str, recipe: Recipe) -> None:
     """The supervisor imports in the image, as the operations will run it."""
     mods = "operations, numpy, scipy, pydantic, yaml, pynvml, msgspec"
-    _in_container(client, image_id, f'/opt/cko/bin/python -I -c "import {mods}"', {}, f"checking image {recipe.name}")
+    _in_container(
+        client, image_id, f'/opt/cko/bin/python -I -c "import {mods}"', {}, f"checking image {recipe.name}"
+    )
 
 
-def build_image(name: str, *, offline: bool = True, base_image: str | None = None, progress: Progress = print,
-                build_args: dict[str, str] | None = None) -> tuple[ImageEntry, dict[str, Any]]:
+def build_image(
+    name: str,
+    *,
+    offline: bool = True,
+    base_image: str | None = None,
+    progress: Progress = print,
+    build_args: dict[str, str] | None = None,
+) -> tuple[ImageEntry, dict[str, Any]]:
     """Build `name` (a recipe name or a recipe file) and record it; returns the entry and facts about the build."""
     recipe = load_recipe(name)
     client = docker_client()
     started = time.monotonic()
     if recipe.kind == "layers":
         if base_image:
-            raise bad_request(f"--base-image: image {recipe.name} is built from its recipe's layers", field="base_image")
+            raise bad_request(
+                f"--base-image: image {recipe.name} is built from its recipe's layers", field="base_image"
+            )
         entry = layered_build(client, recipe, progress)
     elif recipe.kind == "dockerfile":
-        entry = engine_build(client, recipe, offline=offline, base_image=base_image, progress=progress,
-                             build_args=build_args or {})
+        entry = engine_build(
+            client,
+            recipe,
+            offline=offline,
+            base_image=base_image,
+            progress=progress,
+            build_args=build_args or {},
+        )
     else:
-        raise bad_request(f"image {recipe.name}: an `image:` recipe is not supported yet; use a Dockerfile "
-                          "whose FROM is that image", field="recipe")
+        raise bad_request(
+            f"image {recipe.name}: an `image:` recipe is not supported yet; use a Dockerfile "
+            "whose FROM is that image",
+            field="recipe",
+        )
     changed = save_entry(entry)
     return entry, {"seconds": round(time.monotonic() - started, 1), "lock_changed": changed}
 
 
 # -- engine builds (a Dockerfile: the cuda image, a user's own) --------------------------------------
 
+
 def _context(recipe: Recipe, wheels: Path) -> Path:
     """A build context in the cache holding what cko's Dockerfiles COPY (nothing written under the package)."""
     ctx = _scratch(f"ctx-{recipe.name}")
-    shutil.copytree(operations_dir(), ctx / "operations", ignore=shutil.ignore_patterns("__pycache__", "*.pyc",
-                                                                                       ".trace_scan.*"))
+    shutil.copytree(
+        operations_dir(),
+        ctx / "operations",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".trace_scan.*"),
+    )
     (ctx / "images").mkdir()
     for p in (assets_root() / "images").glob("requirements-*.txt"):
         shutil.copy(p, ctx / "images" / p.name)
@@ -383,8 +547,15 @@ def _context(recipe: Recipe, wheels: Path) -> Path:
     return ctx
 
 
-def engine_build(client: Any, recipe: Recipe, *, offline: bool, base_image: str | None, progress: Progress,
-                 build_args: dict[str, str]) -> ImageEntry:
+def engine_build(
+    client: Any,
+    recipe: Recipe,
+    *,
+    offline: bool,
+    base_image: str | None,
+    progress: Progress,
+    build_args: dict[str, str],
+) -> ImageEntry:
     from docker.errors import APIError, BuildError
 
     py = "3.11" if recipe.name != "cuda" else os.environ.get("CKO_CUDA_PYTHON", "3.12")
@@ -401,12 +572,15 @@ def engine_build(client: Any, recipe: Recipe, *, offline: bool, base_image: str 
         buildargs["BASE_IMAGE"] = base_image
         inputs["base"] = {"kind": "given", "image": base_image}
     elif recipe.name == "cuda" and offline:
-        raise bad_request("an offline cuda build needs --base-image (e.g. from tests/gpu/prepare.sh)",
-                          field="base_image")
+        raise bad_request(
+            "an offline cuda build needs --base-image (e.g. from tests/gpu/prepare.sh)", field="base_image"
+        )
     elif recipe.name != "cuda":  # a user's Dockerfile starts from cko's cpu image: the supervisor is there
         cpu = load_lock().images.get("cpu")
         if cpu is None or not image_present(client, cpu.image_id):
-            raise bad_request(f"image {recipe.name}: build the cpu image first (cko images build cpu)", field="base")
+            raise bad_request(
+                f"image {recipe.name}: build the cpu image first (cko images build cpu)", field="base"
+            )
         buildargs["BASE_IMAGE"] = cpu.image_id
         inputs["base"] = {"kind": "recipe", "name": "cpu", "image_id": cpu.image_id}
     ctx = _context(recipe, wheels)
@@ -414,16 +588,27 @@ def engine_build(client: Any, recipe: Recipe, *, offline: bool, base_image: str 
     progress(f"docker build {recipe.name} (network none)")
     image_id, log_tail = None, list[str]()
     try:
-        for chunk in client.api.build(path=str(ctx), dockerfile="Dockerfile", tag=tag, buildargs=buildargs,
-                                      network_mode="none", rm=True, forcerm=True, decode=True):
+        for chunk in client.api.build(
+            path=str(ctx),
+            dockerfile="Dockerfile",
+            tag=tag,
+            buildargs=buildargs,
+            network_mode="none",
+            rm=True,
+            forcerm=True,
+            decode=True,
+        ):
             line = chunk.get("stream", "").rstrip()
             if line:
                 log_tail = (log_tail + [line])[-20:]
                 if line.startswith("Step "):
                     progress(line)
             if "error" in chunk:
-                raise unavailable(f"docker build of {recipe.name} failed: {chunk['error'].strip()} | "
-                                  + " | ".join(log_tail[-5:]), code="build_failed")
+                raise unavailable(
+                    f"docker build of {recipe.name} failed: {chunk['error'].strip()} | "
+                    + " | ".join(log_tail[-5:]),
+                    code="build_failed",
+                )
             if "aux" in chunk and "ID" in chunk["aux"]:
                 image_id = chunk["aux"]["ID"]
     except (APIError, BuildError) as exc:
@@ -435,7 +620,15 @@ def engine_build(client: Any, recipe: Recipe, *, offline: bool, base_image: str 
     image.tag(f"cko/{recipe.name}", hexid[:12])
     client.api.remove_image(tag, noprune=True)  # keep only the tag named by the id
     df = recipe_file(recipe, recipe.dockerfile or "")
-    return ImageEntry(name=recipe.name, tag=f"cko/{recipe.name}:{hexid[:12]}", kind="dockerfile",
-                      dockerfile=df.name, dockerfile_sha256=sha256_file(df), inputs_sha256=inputs_hash(recipe.name, recipe),
-                      build_inputs=inputs, image_id=str(image.id), size_bytes=int(image.attrs.get("Size") or 0),
-                      built_at=datetime.now(UTC).isoformat(timespec="seconds"))
+    return ImageEntry(
+        name=recipe.name,
+        tag=f"cko/{recipe.name}:{hexid[:12]}",
+        kind="dockerfile",
+        dockerfile=df.name,
+        dockerfile_sha256=sha256_file(df),
+        inputs_sha256=inputs_hash(recipe.name, recipe),
+        build_inputs=inputs,
+        image_id=str(image.id),
+        size_bytes=int(image.attrs.get("Size") or 0),
+        built_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )

@@ -58,8 +58,11 @@ def save(client: Any, image_id: str, dest: Path) -> dict[str, Any]:
     cached = cache_archive(image_id)
     if not (cached.is_file() and oci.read_archive(cached)["image_id"] == image_id):
         if not image_present(client, image_id):
-            raise unavailable(f"image {image_id} is neither in the engine nor in the cache", code="image_missing",
-                              field="image")
+            raise unavailable(
+                f"image {image_id} is neither in the engine nor in the cache",
+                code="image_missing",
+                field="image",
+            )
         cached.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=cached.parent, delete=False) as f:
             for chunk in client.images.get(image_id).save(named=False):
@@ -71,8 +74,12 @@ def save(client: Any, image_id: str, dest: Path) -> dict[str, Any]:
             os.unlink(f.name)
     _link_or_copy(cached, dest)
     info = oci.read_archive(dest)
-    return {"image_id": info["image_id"], "manifest_digest": info["manifest_digest"], "path": str(dest),
-            "bytes": dest.stat().st_size}
+    return {
+        "image_id": info["image_id"],
+        "manifest_digest": info["manifest_digest"],
+        "path": str(dest),
+        "bytes": dest.stat().st_size,
+    }
 
 
 def _docker_archive(path: Path) -> tuple[list[oci.Layer], bytes]:
@@ -80,6 +87,7 @@ def _docker_archive(path: Path) -> tuple[list[oci.Layer], bytes]:
     work = cache_dir() / "layers"
     work.mkdir(parents=True, exist_ok=True)
     with tarfile.open(path, "r:") as tar:
+
         def member(name: str) -> Any:
             f = tar.extractfile(name)
             assert f is not None
@@ -110,10 +118,15 @@ def load(client: Any, archive: Path, want: str | None = None) -> dict[str, Any]:
             client.api.load_image(f)
     name = info["config"].get("config", {}).get("Labels", {}).get("org.cko.image", "image")
     client.images.get(info["image_id"]).tag(f"cko/{name}", _hex(info["image_id"])[:12])
-    return {"image_id": info["image_id"], "manifest_digest": info["manifest_digest"], "loaded_from": str(archive)}
+    return {
+        "image_id": info["image_id"],
+        "manifest_digest": info["manifest_digest"],
+        "loaded_from": str(archive),
+    }
 
 
 # -- registries ------------------------------------------------------------------------------
+
 
 def _base(registry: str) -> str:
     host = registry.split("/", 1)[0]
@@ -157,23 +170,34 @@ def push(image_id: str, registry: str, repo: str, client: Any | None = None) -> 
             loc = loc if loc.startswith("http") else _base(registry) + loc
             f = tar.extractfile(f"blobs/sha256/{_hex(digest)}")
             assert f is not None
-            r = requests.put(loc, params={"digest": digest}, data=f, timeout=3600,
-                             headers={"Content-Type": "application/octet-stream", "Content-Length": str(desc["size"])})
+            r = requests.put(
+                loc,
+                params={"digest": digest},
+                data=f,
+                timeout=3600,
+                headers={"Content-Type": "application/octet-stream", "Content-Length": str(desc["size"])},
+            )
             _ok(r, f"upload {digest[:19]}")
         manifest = tar.extractfile(f"blobs/sha256/{_hex(info['manifest_digest'])}")
         assert manifest is not None
         body = manifest.read()
     for reference in (info["manifest_digest"], f"sha256-{_hex(image_id)}"):
-        r = requests.put(f"{base}/manifests/{reference}", data=body, timeout=60,
-                         headers={"Content-Type": oci.OCI_MANIFEST})
+        r = requests.put(
+            f"{base}/manifests/{reference}", data=body, timeout=60, headers={"Content-Type": oci.OCI_MANIFEST}
+        )
         _ok(r, "put manifest")
-    return {"image_id": image_id, "ref": f"{registry}/{repo}@{info['manifest_digest']}",
-            "manifest_digest": info["manifest_digest"]}
+    return {
+        "image_id": image_id,
+        "ref": f"{registry}/{repo}@{info['manifest_digest']}",
+        "manifest_digest": info["manifest_digest"],
+    }
 
 
 def _ok(r: Any, what: str) -> None:
     if r.status_code >= 300:
-        raise unavailable(f"registry: {what} failed (HTTP {r.status_code}: {r.text[:200]})", code="registry_failed")
+        raise unavailable(
+            f"registry: {what} failed (HTTP {r.status_code}: {r.text[:200]})", code="registry_failed"
+        )
 
 
 def pull(ref: str, client: Any, want: str | None = None) -> dict[str, Any]:
@@ -185,7 +209,9 @@ def pull(ref: str, client: Any, want: str | None = None) -> dict[str, Any]:
     try:
         r = requests.get(f"{base}/manifests/{reference}", headers={"Accept": MANIFEST_TYPES}, timeout=60)
     except requests.RequestException as exc:
-        raise unavailable(f"registry {host} not reachable ({exc.__class__.__name__})", code="registry_failed") from None
+        raise unavailable(
+            f"registry {host} not reachable ({exc.__class__.__name__})", code="registry_failed"
+        ) from None
     _ok(r, f"get manifest {reference}")
     if reference.startswith("sha256:") and hashlib.sha256(r.content).hexdigest() != _hex(reference):
         raise unavailable(f"{ref}: the manifest does not match its digest", code="registry_digest_mismatch")
@@ -193,8 +219,10 @@ def pull(ref: str, client: Any, want: str | None = None) -> dict[str, Any]:
     cfg = requests.get(f"{base}/blobs/{manifest['config']['digest']}", timeout=60).content
     image_id = "sha256:" + hashlib.sha256(cfg).hexdigest()
     if image_id != manifest["config"]["digest"] or (want and image_id != want):
-        raise unavailable(f"{ref}: config {image_id[:19]} is not the image wanted ({(want or '')[:19]})",
-                          code="registry_digest_mismatch")
+        raise unavailable(
+            f"{ref}: config {image_id[:19]} is not the image wanted ({(want or '')[:19]})",
+            code="registry_digest_mismatch",
+        )
     work = cache_dir() / "layers"
     work.mkdir(parents=True, exist_ok=True)
     layers = []
@@ -202,7 +230,9 @@ def pull(ref: str, client: Any, want: str | None = None) -> dict[str, Any]:
         layers.append(_fetch_layer(f"{base}/blobs/{desc['digest']}", desc, work))
     config = json.loads(cfg)
     if [f"sha256:{la.digest}" for la in layers] != config["rootfs"]["diff_ids"]:
-        raise unavailable(f"{ref}: layers do not match the config's diff ids", code="registry_digest_mismatch")
+        raise unavailable(
+            f"{ref}: layers do not match the config's diff ids", code="registry_digest_mismatch"
+        )
     archive = cache_archive(image_id)
     meta = oci.write_archive(archive, layers, cfg, None)
     out = load(client, archive, want=image_id)
@@ -221,7 +251,9 @@ def _fetch_layer(url: str, desc: dict[str, Any], work: Path) -> oci.Layer:
             f.write(chunk)
     if "sha256:" + h.hexdigest() != desc["digest"]:
         tmp.unlink()
-        raise unavailable(f"blob {desc['digest'][:19]} does not match its digest", code="registry_digest_mismatch")
+        raise unavailable(
+            f"blob {desc['digest'][:19]} does not match its digest", code="registry_digest_mismatch"
+        )
     if desc.get("mediaType", "").endswith("gzip"):
         plain = tmp.with_suffix(".tar")
         with gzip.open(tmp, "rb") as src, open(plain, "wb") as dst:
@@ -237,8 +269,15 @@ def _fetch_layer(url: str, desc: dict[str, Any], work: Path) -> oci.Layer:
 
 # -- finding an image the engine lacks ------------------------------------------------------------
 
-def fetch_into_engine(client: Any, image_id: str, *, name: str | None = None, store_root: Path | None = None,
-                      notes: list[str] | None = None) -> bool:
+
+def fetch_into_engine(
+    client: Any,
+    image_id: str,
+    *,
+    name: str | None = None,
+    store_root: Path | None = None,
+    notes: list[str] | None = None,
+) -> bool:
     """Bring `image_id` into the engine from the store, the cache, or a registry; False when none has it."""
     notes = notes if notes is not None else []
     candidates = ([store_archive(store_root, image_id)] if store_root else []) + [cache_archive(image_id)]

@@ -79,15 +79,16 @@ class ImagesLock(Closed):
 
 # -- where things are ------------------------------------------------------------------------
 
+
 def repo_root() -> Path:
     """Where cko's own assets (images/, examples/) are: the checkout, or the installed package."""
     env = os.environ.get("CKO_HOME")
     if env:
         return Path(env).absolute()
     here = Path(__file__).resolve().parent.parent
-    if (here / "images").is_dir():
+    if (here / "images").is_dir() and (here / "examples").is_dir():
         return here
-    return here / "_assets"  # the wheel (pyproject.toml: data files under cko/_assets)
+    return Path(__file__).resolve().parent / "_assets"  # the wheel: setup.py installs them as runner/_assets
 
 
 def assets_root() -> Path:
@@ -119,11 +120,14 @@ def build_dir() -> Path:
 
 def check_name(name: str) -> str:
     if not NAME_RE.match(name):
-        raise bad_request(f"image {name!r}: a name is lowercase letters, digits, '.', '_' or '-'", field="image")
+        raise bad_request(
+            f"image {name!r}: a name is lowercase letters, digits, '.', '_' or '-'", field="image"
+        )
     return name
 
 
 # -- recipes ---------------------------------------------------------------------------------
+
 
 def recipe_dirs() -> list[Path]:
     return [lock_path().parent / "cko-images", assets_root() / "images" / "recipes"]
@@ -142,19 +146,26 @@ def load_recipe(name_or_path: str) -> Recipe:
         check_name(name_or_path)
         found = [d / f"{name_or_path}.yaml" for d in recipe_dirs() if (d / f"{name_or_path}.yaml").is_file()]
         if not found:
-            raise bad_request(f"unknown image {name_or_path!r}; known images: {', '.join(known_recipes())} "
-                              "(a project adds one as cko-images/NAME.yaml beside its cko-images.lock)", field="image")
+            raise bad_request(
+                f"unknown image {name_or_path!r}; known images: {', '.join(known_recipes())} "
+                "(a project adds one as cko-images/NAME.yaml beside its cko-images.lock)",
+                field="image",
+            )
         path = found[0]
     try:
         doc = yaml.safe_load(path.read_text()) or {}
         recipe = Recipe.model_validate({"name": path.stem, **doc, "origin": str(path.resolve())})
     except (ValidationError, yaml.YAMLError) as exc:
-        raise bad_request(f"recipe {path}: {str(exc).splitlines()[0]}"
-                          + (f" ({exc.errors()[0]['loc']})" if isinstance(exc, ValidationError) else ""),
-                          field="recipe") from None
+        raise bad_request(
+            f"recipe {path}: {str(exc).splitlines()[0]}"
+            + (f" ({exc.errors()[0]['loc']})" if isinstance(exc, ValidationError) else ""),
+            field="recipe",
+        ) from None
     kinds = sum(bool(x) for x in (recipe.dockerfile, recipe.image, recipe.requirements or recipe.packages))
     if kinds > 1:
-        raise bad_request(f"recipe {path}: give packages, a dockerfile or an image, not several", field="recipe")
+        raise bad_request(
+            f"recipe {path}: give packages, a dockerfile or an image, not several", field="recipe"
+        )
     return recipe
 
 
@@ -164,6 +175,7 @@ def recipe_file(recipe: Recipe, rel: str) -> Path:
 
 
 # -- the lock --------------------------------------------------------------------------------
+
 
 def load_lock(path: Path | None = None) -> ImagesLock:
     path = path or lock_path()
@@ -183,7 +195,9 @@ def load_lock(path: Path | None = None) -> ImagesLock:
 
 
 def lock_bytes(lock: ImagesLock) -> bytes:
-    return json.dumps(lock.model_dump(mode="json", exclude_none=True), indent=2, sort_keys=True).encode() + b"\n"
+    return (
+        json.dumps(lock.model_dump(mode="json", exclude_none=True), indent=2, sort_keys=True).encode() + b"\n"
+    )
 
 
 def save_entry(entry: ImageEntry, path: Path | None = None) -> bool:
@@ -207,26 +221,42 @@ def save_entry(entry: ImageEntry, path: Path | None = None) -> bool:
 
 # -- input hashes ------------------------------------------------------------------------------
 
+
 def _tree_files(root: Path) -> list[Path]:
-    return [p for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts
-            and p.suffix != ".pyc" and not p.name.startswith(".trace_scan.")]
+    return [
+        p
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and p.suffix != ".pyc"
+        and not p.name.startswith(".trace_scan.")
+    ]
 
 
 def operations_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "operations" if (
-        Path(__file__).resolve().parent.parent / "operations").is_dir() else assets_root() / "operations"
+    return (
+        Path(__file__).resolve().parent.parent / "operations"
+        if (Path(__file__).resolve().parent.parent / "operations").is_dir()
+        else assets_root() / "operations"
+    )
 
 
 def inputs_hash(name: str, recipe: Recipe | None = None) -> str:
     """Hash of everything the image bakes in from this installation (recipe, lists, operations code)."""
     recipe = recipe or load_recipe(name)
-    parts = [f"builder\0{BUILDER_VERSION}", f"recipe\0{sha256_bytes(recipe.model_dump_json(exclude={'origin'}).encode())}"]
+    parts = [
+        f"builder\0{BUILDER_VERSION}",
+        f"recipe\0{sha256_bytes(recipe.model_dump_json(exclude={'origin'}).encode())}",
+    ]
     files: list[tuple[str, Path]] = []
     if recipe.requirements:
         files.append(("requirements", recipe_file(recipe, recipe.requirements)))
     if recipe.dockerfile:
         files.append(("dockerfile", recipe_file(recipe, recipe.dockerfile)))
-        files += [(f"requirements/{p.name}", p) for p in sorted((assets_root() / "images").glob("requirements-*.txt"))]
+        files += [
+            (f"requirements/{p.name}", p)
+            for p in sorted((assets_root() / "images").glob("requirements-*.txt"))
+        ]
     ops = operations_dir()
     files += [(f"operations/{p.relative_to(ops).as_posix()}", p) for p in _tree_files(ops)]
     parts += [f"{label}\0{sha256_file(p)}" for label, p in files if p.is_file()]
@@ -236,6 +266,7 @@ def inputs_hash(name: str, recipe: Recipe | None = None) -> str:
 
 
 # -- the engine ------------------------------------------------------------------------------
+
 
 def docker_client() -> Any:
     import docker
@@ -270,9 +301,15 @@ def image_status(client: Any | None = None) -> list[dict[str, Any]]:
         entry = lock.images.get(name)
         row: dict[str, Any] = {"name": name, "locked": entry is not None}
         if entry:
-            row.update(image_id=entry.image_id, tag=entry.tag, size_bytes=entry.size_bytes, kind=entry.kind,
-                       reproducible=entry.reproducible, manifest_digest=entry.manifest_digest,
-                       registry_refs=entry.registry_refs)
+            row.update(
+                image_id=entry.image_id,
+                tag=entry.tag,
+                size_bytes=entry.size_bytes,
+                kind=entry.kind,
+                reproducible=entry.reproducible,
+                manifest_digest=entry.manifest_digest,
+                registry_refs=entry.registry_refs,
+            )
             try:
                 row["stale"] = entry.inputs_sha256 != inputs_hash(name)
             except CkoError:
@@ -311,23 +348,36 @@ def resolve(name: str, client: Any) -> ImageEntry:
         return ImageEntry(name=name, tag=pin, inputs_sha256="pinned", image_id=pin)
     entry = load_lock().images.get(name)
     if entry is None and name not in known_recipes():
-        raise bad_request(f"unknown image {name!r}; known images: {', '.join(known_recipes())}", field="image")
+        raise bad_request(
+            f"unknown image {name!r}; known images: {', '.join(known_recipes())}", field="image"
+        )
     if entry is None:
-        raise unavailable(f"image {name} is not built (no entry in {lock_path()}); run `cko images build {name}`",
-                          code="image_missing", field="image")
+        raise unavailable(
+            f"image {name} is not built (no entry in {lock_path()}); run `cko images build {name}`",
+            code="image_missing",
+            field="image",
+        )
     if not image_present(client, entry.image_id):
         from .imagemove import fetch_into_engine
 
         if not fetch_into_engine(client, entry.image_id, name=name):
-            raise unavailable(f"image {name} ({entry.image_id[:19]}) is in the lock but not in the engine, the "
-                              f"cache or a registry it was pushed to; run `cko images build {name}` or "
-                              f"`cko images load`", code="image_missing", field="image")
+            raise unavailable(
+                f"image {name} ({entry.image_id[:19]}) is in the lock but not in the engine, the "
+                f"cache or a registry it was pushed to; run `cko images build {name}` or "
+                f"`cko images load`",
+                code="image_missing",
+                field="image",
+            )
     if os.environ.get("CKO_ALLOW_STALE_IMAGE") != "1":
         try:
             stale = entry.inputs_sha256 != inputs_hash(name)
         except CkoError:
             stale = False  # a recipe this installation lacks: the lock's id is all there is to run
         if stale:
-            raise unavailable(f"image {name} is stale: the operations code or its recipe changed since it was "
-                              f"built; run `cko images build {name}`", code="image_stale", field="image")
+            raise unavailable(
+                f"image {name} is stale: the operations code or its recipe changed since it was "
+                f"built; run `cko images build {name}`",
+                code="image_stale",
+                field="image",
+            )
     return entry

@@ -67,7 +67,9 @@ class Plan:
     label: str = ""
     workdir: str = "/tmp"
     wrap: bool = True  # run through `operations run` (probe + GPU check)
-    counters: bool = False  # profiler counters wanted: refused where the host keeps them to admins (no capability)
+    counters: bool = (
+        False  # profiler counters wanted: refused where the host keeps them to admins (no capability)
+    )
     lock_timeout_s: float = 300.0
     stop_grace_s: float = 5.0
     cleanup_timeout_s: float = 30.0
@@ -147,8 +149,12 @@ def claim(store: Store, inv_id: str, timeout: float = 1.0) -> contextlib.Abstrac
 def engine_identity(client: Any) -> EngineIdentity:
     info = client.info()
     ver = client.version()
-    return EngineIdentity(version=str(ver.get("Version")), runtime=str(info.get("DefaultRuntime", "runc")),
-                          api_version=str(ver.get("ApiVersion")), cgroup_version=str(info.get("CgroupVersion", "")))
+    return EngineIdentity(
+        version=str(ver.get("Version")),
+        runtime=str(info.get("DefaultRuntime", "runc")),
+        api_version=str(ver.get("ApiVersion")),
+        cgroup_version=str(info.get("CgroupVersion", "")),
+    )
 
 
 def _write_result(store: Store, inv_id: str, result: InvocationResult) -> None:
@@ -164,7 +170,9 @@ def _resolve_gpus(plan: Plan, hg: gpumod.HostGpus) -> list[str]:
     if not plan.gpus:
         return []
     if not hg.available:
-        raise unavailable(f"GPU requested but none is usable on this host: {hg.reason}", code="no_gpu", field="gpus")
+        raise unavailable(
+            f"GPU requested but none is usable on this host: {hg.reason}", code="no_gpu", field="gpus"
+        )
     known = {d.uuid: d for d in hg.devices}
     if plan.gpus == ["all"]:
         return list(known)
@@ -173,8 +181,12 @@ def _resolve_gpus(plan: Plan, hg: gpumod.HostGpus) -> list[str]:
         if g.isdigit() and int(g) < len(hg.devices):
             g = hg.devices[int(g)].uuid
         if g not in known:
-            raise CkoError(f"--gpus: {g} is not a GPU on this host (known: {', '.join(known) or 'none'})",
-                           exit_code=Exit.BAD_REQUEST, code="unknown_gpu", field="gpus")
+            raise CkoError(
+                f"--gpus: {g} is not a GPU on this host (known: {', '.join(known) or 'none'})",
+                exit_code=Exit.BAD_REQUEST,
+                code="unknown_gpu",
+                field="gpus",
+            )
         out.append(g)
     return out
 
@@ -195,9 +207,17 @@ def refuse(store: Store, plan: Plan, err: CkoError, image_id: str | None = None)
         req = _refused_request(plan, inv_id, image_id)
         write_new(d / "request.json", canonical_bytes(req))
         Events(d / "events.jsonl")("refused", {"rule": err.field, "reason": err.message})
-        res = InvocationResult(id=inv_id, op=plan.op, state="refused", exit_code=int(Exit.REFUSED), reason=err.message,
-                               rule=err.field, ended_at=now_iso(), request_sha256=sha256_file(d / "request.json"),
-                               events_sha256=_events_sha(store, inv_id))
+        res = InvocationResult(
+            id=inv_id,
+            op=plan.op,
+            state="refused",
+            exit_code=int(Exit.REFUSED),
+            reason=err.message,
+            rule=err.field,
+            ended_at=now_iso(),
+            request_sha256=sha256_file(d / "request.json"),
+            events_sha256=_events_sha(store, inv_id),
+        )
         _write_result(store, inv_id, res)
     return res
 
@@ -205,23 +225,50 @@ def refuse(store: Store, plan: Plan, err: CkoError, image_id: str | None = None)
 def _refused_request(plan: Plan, inv_id: str, image_id: str | None) -> InvocationRequest:
     """What was asked, as asked (nothing was admitted, nothing ran)."""
     return InvocationRequest(
-        id=inv_id, op=plan.op, label=plan.label, command=plan.command, image=plan.image, image_id=image_id,
-        gpus=[], mounts=[MountSpec(source=m.source, target=m.target, read_only=m.read_only) for m in plan.mounts],
+        id=inv_id,
+        op=plan.op,
+        label=plan.label,
+        command=plan.command,
+        image=plan.image,
+        image_id=image_id,
+        gpus=[],
+        mounts=[MountSpec(source=m.source, target=m.target, read_only=m.read_only) for m in plan.mounts],
         timeout_s=plan.timeout_s if plan.timeout_s > 0 else 0.0,
-        limits=sandbox.default_limits(), user="-", policy_path=plan.policy_path, created_at=now_iso(),
-        controller_pid=os.getpid(), host_id=host_identity().host_id, parent=plan.parent)
+        limits=sandbox.default_limits(),
+        user="-",
+        policy_path=plan.policy_path,
+        created_at=now_iso(),
+        controller_pid=os.getpid(),
+        host_id=host_identity().host_id,
+        parent=plan.parent,
+    )
 
 
-def _request(adm: pol.Admitted, inv_id: str, image_id: str | None, uuids: list[str], mode: str) -> InvocationRequest:
+def _request(
+    adm: pol.Admitted, inv_id: str, image_id: str | None, uuids: list[str], mode: str
+) -> InvocationRequest:
     plan, lp = adm.plan, adm.policy
     return InvocationRequest(
-        id=inv_id, op=plan.op, label=plan.label, command=plan.command, image=plan.image, image_id=image_id,
-        gpu_mode=mode, gpus=uuids,
+        id=inv_id,
+        op=plan.op,
+        label=plan.label,
+        command=plan.command,
+        image=plan.image,
+        image_id=image_id,
+        gpu_mode=mode,
+        gpus=uuids,
         mounts=[MountSpec(source=m.source, target=m.target, read_only=m.read_only) for m in adm.mounts],
-        timeout_s=adm.timeout_s, limits=adm.limits, user=adm.user,
-        policy_path=lp.caller_path, policy_sha256=lp.caller_sha256,
-        system_policy_path=lp.system_path, system_policy_sha256=lp.system_sha256,
-        created_at=now_iso(), controller_pid=os.getpid(), host_id=host_identity().host_id, parent=plan.parent,
+        timeout_s=adm.timeout_s,
+        limits=adm.limits,
+        user=adm.user,
+        policy_path=lp.caller_path,
+        policy_sha256=lp.caller_sha256,
+        system_policy_path=lp.system_path,
+        system_policy_sha256=lp.system_sha256,
+        created_at=now_iso(),
+        controller_pid=os.getpid(),
+        host_id=host_identity().host_id,
+        parent=plan.parent,
     )
 
 
@@ -237,8 +284,9 @@ def check_plan(plan: Plan, policy: pol.Policy) -> None:
             remove_tree(staging)
 
 
-def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = None,
-            keep_outputs: bool = False) -> Outcome:
+def execute(
+    store: Store, plan: Plan, progress: Callable[[str], None] | None = None, keep_outputs: bool = False
+) -> Outcome:
     """Run one invocation to a terminal state and record it. Refusals are recorded and raised."""
     image_id: str | None = None
     staging = store.root / "scratch" / new_id("stg")
@@ -261,8 +309,14 @@ def execute(store: Store, plan: Plan, progress: Callable[[str], None] | None = N
         remove_tree(staging)
 
 
-def _execute_admitted(store: Store, adm: pol.Admitted, staging: Path, progress: Callable[[str], None] | None,
-                      keep_outputs: bool, recording_refusals: Callable[[], Any]) -> Outcome:
+def _execute_admitted(
+    store: Store,
+    adm: pol.Admitted,
+    staging: Path,
+    progress: Callable[[str], None] | None,
+    keep_outputs: bool,
+    recording_refusals: Callable[[], Any],
+) -> Outcome:
     plan, policy = adm.plan, adm.policy.policy
     client = img.docker_client()
     entry = img.resolve(plan.image, client)
@@ -279,8 +333,11 @@ def _execute_admitted(store: Store, adm: pol.Admitted, staging: Path, progress: 
         mode = plan.gpu_mode or gpumod.pick_mode(checks)
         usable = {c.mode: c for c in checks}
         if mode not in usable or not usable[mode].usable:
-            raise unavailable(f"GPU passthrough mode {mode} is not usable: {usable.get(mode) and usable[mode].reason}",
-                              code="passthrough_unavailable", field="gpu_mode")
+            raise unavailable(
+                f"GPU passthrough mode {mode} is not usable: {usable.get(mode) and usable[mode].reason}",
+                code="passthrough_unavailable",
+                field="gpu_mode",
+            )
     inv_id = new_id("inv")
     d = inv_dir(store, inv_id)
     with claim(store, inv_id):
@@ -296,8 +353,12 @@ def _execute_admitted(store: Store, adm: pol.Admitted, staging: Path, progress: 
             with _gpu_locks(uuids, plan.lock_timeout_s, inv_id):
                 ev("locks_acquired", {"gpus": uuids})
                 identity = EnvironmentIdentity(
-                    image=ImageIdentity(name=plan.image, ref=entry.tag, id=entry.image_id,
-                                        repo_digests=list(client.images.get(entry.image_id).attrs.get("RepoDigests") or [])),
+                    image=ImageIdentity(
+                        name=plan.image,
+                        ref=entry.tag,
+                        id=entry.image_id,
+                        repo_digests=list(client.images.get(entry.image_id).attrs.get("RepoDigests") or []),
+                    ),
                     engine=engine_identity(client),
                     passthrough=mode,
                     driver_version=hg.driver_version if uuids else None,
@@ -307,24 +368,47 @@ def _execute_admitted(store: Store, adm: pol.Admitted, staging: Path, progress: 
                 )
                 out_dir, bounded = outdir.make(store.root / "scratch" / inv_id, req.user, adm.limits)
                 if not bounded:
-                    ev("output_unbounded", {"reason": "the controller is not root: /cko/out is a plain directory, "
-                                                      "bounded only when collected"})
+                    ev(
+                        "output_unbounded",
+                        {
+                            "reason": "the controller is not root: /cko/out is a plain directory, "
+                            "bounded only when collected"
+                        },
+                    )
                 grant = gpumod.grant(mode, uuids, hg)
                 command = plan.command
                 if plan.wrap:
-                    command = ["/opt/cko/bin/python", "-I", "-m", "operations", "run", "--meta",
-                               f"/cko/out/{META_DIR}", "--", *plan.command]
+                    command = [
+                        "/opt/cko/bin/python",
+                        "-I",
+                        "-m",
+                        "operations",
+                        "run",
+                        "--meta",
+                        f"/cko/out/{META_DIR}",
+                        "--",
+                        *plan.command,
+                    ]
                 spec = sandbox.ContainerSpec(
-                    image_id=entry.image_id, command=command,
-                    mounts=[*(sandbox.Mount(m.source, m.target, m.read_only) for m in adm.mounts),
-                            sandbox.Mount(str(out_dir), "/cko/out", read_only=False)],
-                    env={"CKO_INVOCATION": inv_id, **adm.env}, user=req.user, workdir=plan.workdir,
+                    image_id=entry.image_id,
+                    command=command,
+                    mounts=[
+                        *(sandbox.Mount(m.source, m.target, m.read_only) for m in adm.mounts),
+                        sandbox.Mount(str(out_dir), "/cko/out", read_only=False),
+                    ],
+                    env={"CKO_INVOCATION": inv_id, **adm.env},
+                    user=req.user,
+                    workdir=plan.workdir,
                     limits=adm.limits,
                     gpu=grant,
-                    labels={f"{sandbox.LABEL}.store": str(store.root), f"{sandbox.LABEL}.invocation": inv_id,
-                            f"{sandbox.LABEL}.controller-pid": str(os.getpid()),
-                            f"{sandbox.LABEL}.host": identity.host.host_id},
-                    timeout_s=adm.timeout_s, stop_grace_s=plan.stop_grace_s,
+                    labels={
+                        f"{sandbox.LABEL}.store": str(store.root),
+                        f"{sandbox.LABEL}.invocation": inv_id,
+                        f"{sandbox.LABEL}.controller-pid": str(os.getpid()),
+                        f"{sandbox.LABEL}.host": identity.host.host_id,
+                    },
+                    timeout_s=adm.timeout_s,
+                    stop_grace_s=plan.stop_grace_s,
                     cleanup_timeout_s=plan.cleanup_timeout_s,
                 )
                 companions = None
@@ -346,14 +430,23 @@ def _execute_admitted(store: Store, adm: pol.Admitted, staging: Path, progress: 
                         sampler.container_ids.append(data["container_id"])
 
                 try:
-                    run = sandbox.run(client, spec, on_event, cancelled=cancel_marker.exists, companions=companions)
+                    run = sandbox.run(
+                        client, spec, on_event, cancelled=cancel_marker.exists, companions=companions
+                    )
                 finally:
                     series = sampler.stop() if sampler else None
         except CkoError as err:
             ev("failed_to_start", {"error": err.code, "reason": err.message})
-            res = InvocationResult(id=inv_id, op=plan.op, state="failed" if err.exit_code != Exit.TIMED_OUT
-                                   else "timed_out", exit_code=int(err.exit_code), reason=err.message,
-                                   ended_at=now_iso(), request_sha256=request_sha, events_sha256=_events_sha(store, inv_id))
+            res = InvocationResult(
+                id=inv_id,
+                op=plan.op,
+                state="failed" if err.exit_code != Exit.TIMED_OUT else "timed_out",
+                exit_code=int(err.exit_code),
+                reason=err.message,
+                ended_at=now_iso(),
+                request_sha256=request_sha,
+                events_sha256=_events_sha(store, inv_id),
+            )
             with store.writer():
                 _write_result(store, inv_id, res)
             if out_dir is not None:
@@ -378,18 +471,31 @@ def _execute_admitted(store: Store, adm: pol.Admitted, staging: Path, progress: 
             if isinstance(probe, dict):
                 identity = identity.model_copy(update={"tools": probe.get("tools", {})})
             res = InvocationResult(
-                id=inv_id, op=plan.op, state=state, exit_code=code, container_exit_code=run.exit_code,
-                reason=reason if not problems else (reason or "") + ("; " if reason else "") + "; ".join(problems),
-                started_at=started_at, ended_at=now_iso(), duration_s=round(run.ended_at - run.started_at, 3),
-                identity=identity, cleanup=run.cleanup.as_dict(),
+                id=inv_id,
+                op=plan.op,
+                state=state,
+                exit_code=code,
+                container_exit_code=run.exit_code,
+                reason=reason
+                if not problems
+                else (reason or "") + ("; " if reason else "") + "; ".join(problems),
+                started_at=started_at,
+                ended_at=now_iso(),
+                duration_s=round(run.ended_at - run.started_at, 3),
+                identity=identity,
+                cleanup=run.cleanup.as_dict(),
                 stdout_tail=run.stdout[-TAIL_CHARS:].decode("utf-8", "replace"),
                 stderr_tail=run.stderr[-TAIL_CHARS:].decode("utf-8", "replace"),
                 stdout=ObjectRef(sha256=so["sha256"], size=so["size"], name="stdout"),
                 stderr=ObjectRef(sha256=se["sha256"], size=se["size"], name="stderr"),
-                stdout_bytes=run.stdout_bytes, stderr_bytes=run.stderr_bytes,
-                outputs=refs, probe=probe if isinstance(probe, dict) else None,
-                telemetry=tel_ref, telemetry_summary=tel_summary,
-                request_sha256=request_sha, events_sha256=None,
+                stdout_bytes=run.stdout_bytes,
+                stderr_bytes=run.stderr_bytes,
+                outputs=refs,
+                probe=probe if isinstance(probe, dict) else None,
+                telemetry=tel_ref,
+                telemetry_summary=tel_summary,
+                request_sha256=request_sha,
+                events_sha256=None,
             )
             ev("terminal", {"state": state, "exit_code": code})
             res = res.model_copy(update={"events_sha256": _events_sha(store, inv_id)})
@@ -411,7 +517,9 @@ def ctl_directory(inv_id: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{inv_id[-8:]}-", dir=root))
 
 
-def _stage_workers(store: Store, inv_id: str, plan: Plan, spec: sandbox.ContainerSpec, user: str) -> StageWorkers:
+def _stage_workers(
+    store: Store, inv_id: str, plan: Plan, spec: sandbox.ContainerSpec, user: str
+) -> StageWorkers:
     """The supervisor's container becomes the stage's meeting place; the controller's freezer
     service gets a socket that only the supervisor's container mounts."""
     sup_uid = int(user.partition(":")[0])
@@ -423,7 +531,9 @@ def _stage_workers(store: Store, inv_id: str, plan: Plan, spec: sandbox.Containe
     return StageWorkers(spec, plan.workers, ctl)
 
 
-def _terminal(run: sandbox.ContainerRun, meta: dict[str, Any], cancel_marker: Path) -> tuple[TerminalState, int, str | None]:
+def _terminal(
+    run: sandbox.ContainerRun, meta: dict[str, Any], cancel_marker: Path
+) -> tuple[TerminalState, int, str | None]:
     if run.cancelled or cancel_marker.exists():
         return "cancelled", int(Exit.FAILED), "cancelled by request"
     if run.timed_out:
@@ -470,10 +580,17 @@ def reap_orphans(store: Store, client: Any | None = None) -> list[str]:
             req = json.loads((d / "request.json").read_text())
         except (OSError, ValueError):
             req = {}
-        res = InvocationResult(id=d.name, op=str(req.get("op", "unknown")), state="abandoned",
-                               exit_code=int(Exit.FAILED), reason="the controller stopped before a terminal state",
-                               ended_at=now_iso(), cleanup=cleanup,
-                               request_sha256=sha256_file(d / "request.json"), events_sha256=_events_sha(store, d.name))
+        res = InvocationResult(
+            id=d.name,
+            op=str(req.get("op", "unknown")),
+            state="abandoned",
+            exit_code=int(Exit.FAILED),
+            reason="the controller stopped before a terminal state",
+            ended_at=now_iso(),
+            cleanup=cleanup,
+            request_sha256=sha256_file(d / "request.json"),
+            events_sha256=_events_sha(store, d.name),
+        )
         with contextlib.suppress(CkoError):
             with store.writer():
                 _write_result(store, d.name, res)
@@ -503,4 +620,3 @@ def wait_for_result(store: Store, inv_id: str, timeout: float) -> InvocationResu
             return r
         time.sleep(0.2)
     return load_result(store, inv_id)
-

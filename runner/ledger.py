@@ -43,7 +43,11 @@ def key_source() -> tuple[str | None, str | None]:
     key_file = env_key or system.ledger_key_file
     if not key_file:
         return None, None
-    head_dir = system.ledger_head_dir or os.environ.get("CKO_LEDGER_HEAD_DIR") or str(Path(key_file).parent / "heads")
+    head_dir = (
+        system.ledger_head_dir
+        or os.environ.get("CKO_LEDGER_HEAD_DIR")
+        or str(Path(key_file).parent / "heads")
+    )
     return key_file, head_dir
 
 
@@ -54,19 +58,26 @@ def load_key() -> tuple[bytes | None, Path | None]:
     try:
         fd = os.open(key_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise unavailable(f"ledger key {key_file}: {exc.strerror}", code="ledger_key_unreadable",
-                          field="ledger_key_file") from None
+        raise unavailable(
+            f"ledger key {key_file}: {exc.strerror}", code="ledger_key_unreadable", field="ledger_key_file"
+        ) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o022:
-            raise unavailable(f"ledger key {key_file} must be a regular file no one else may write",
-                              code="ledger_key_unsafe", field="ledger_key_file")
+            raise unavailable(
+                f"ledger key {key_file} must be a regular file no one else may write",
+                code="ledger_key_unsafe",
+                field="ledger_key_file",
+            )
         key = os.read(fd, 4096).strip()
     finally:
         os.close(fd)
     if len(key) < 16:
-        raise unavailable(f"ledger key {key_file} is shorter than 16 bytes", code="ledger_key_unsafe",
-                          field="ledger_key_file")
+        raise unavailable(
+            f"ledger key {key_file} is shorter than 16 bytes",
+            code="ledger_key_unsafe",
+            field="ledger_key_file",
+        )
     return key, Path(head_dir) if head_dir else None
 
 
@@ -119,19 +130,25 @@ def append(store: Store, rel: str, digest: str) -> None:
             os.lseek(fd, committed, os.SEEK_SET)
             view = memoryview(line + b"\n")
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         except OSError as exc:
             os.ftruncate(fd, committed)
-            raise CkoError(f"the ledger could not be written ({exc.strerror}); the record was not committed",
-                           exit_code=Exit.FAILED, code="store_write_failed", field="store") from None
+            raise CkoError(
+                f"the ledger could not be written ({exc.strerror}); the record was not committed",
+                exit_code=Exit.FAILED,
+                code="store_write_failed",
+                field="store",
+            ) from None
     finally:
         os.close(fd)
     if key is not None and head_dir is not None:
         head_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         ls = sha256_bytes(line)
-        write_replace(head_path(head_dir, store), _line_bytes(
-            {"seq": doc["seq"], "line_sha256": ls, "mac": head_mac(key, store, doc["seq"], ls)}))
+        write_replace(
+            head_path(head_dir, store),
+            _line_bytes({"seq": doc["seq"], "line_sha256": ls, "mac": head_mac(key, store, doc["seq"], ls)}),
+        )
 
 
 def verify_keyed(store: Store, lines: list[bytes]) -> list[str]:

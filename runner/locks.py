@@ -119,13 +119,21 @@ def _open_lock(path: Path, flags: int) -> int:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise CkoError(f"lock {path} is a symbolic link: refused (someone planted it)", exit_code=Exit.UNAVAILABLE,
-                           code="lock_unsafe", field="lock") from None
+            raise CkoError(
+                f"lock {path} is a symbolic link: refused (someone planted it)",
+                exit_code=Exit.UNAVAILABLE,
+                code="lock_unsafe",
+                field="lock",
+            ) from None
         raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise CkoError(f"lock {path} is not a regular file: refused", exit_code=Exit.UNAVAILABLE, code="lock_unsafe",
-                       field="lock")
+        raise CkoError(
+            f"lock {path} is not a regular file: refused",
+            exit_code=Exit.UNAVAILABLE,
+            code="lock_unsafe",
+            field="lock",
+        )
     return fd
 
 
@@ -133,10 +141,19 @@ def _private_dir(path: Path) -> Path:
     """Create (0700) or accept a directory only this user owns and no one else may write."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise CkoError(f"lock directory {path} is not a private directory of uid {os.geteuid()} (a link, someone "
-                       "else's, or writable by others): refused", exit_code=Exit.UNAVAILABLE, code="lock_dir_unsafe",
-                       field="lock")
+    if (
+        stat.S_ISLNK(st.st_mode)
+        or not stat.S_ISDIR(st.st_mode)
+        or st.st_uid != os.geteuid()
+        or st.st_mode & 0o022
+    ):
+        raise CkoError(
+            f"lock directory {path} is not a private directory of uid {os.geteuid()} (a link, someone "
+            "else's, or writable by others): refused",
+            exit_code=Exit.UNAVAILABLE,
+            code="lock_dir_unsafe",
+            field="lock",
+        )
     return path
 
 

@@ -40,13 +40,18 @@ def input_schema(entry: dict[str, Any]) -> dict[str, Any]:
     """The tool's arguments: the request (by its schema), request_dir, store and every option."""
     from .schemas import schema
 
-    props: dict[str, Any] = {"store": {"type": "string", "description": "store directory (default: the server's)"}}
+    props: dict[str, Any] = {
+        "store": {"type": "string", "description": "store directory (default: the server's)"}
+    }
     required = []
     if entry["request_schema"]:
         req = schema(entry["request_schema"])
         props["request"] = {k: v for k, v in req.items() if k not in ("$id",)}
-        props["request_dir"] = {"type": "string", "description": "directory the request's relative paths "
-                                "resolve against (default: the server's working directory)"}
+        props["request_dir"] = {
+            "type": "string",
+            "description": "directory the request's relative paths "
+            "resolve against (default: the server's working directory)",
+        }
         required.append("request")
     for opt in entry["options"]:
         if opt["name"] in SKIP_OPTIONS:
@@ -57,7 +62,9 @@ def input_schema(entry: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
-def argv_for(entry: dict[str, Any], args: dict[str, Any], store: str) -> tuple[list[str], str | None, str | None]:
+def argv_for(
+    entry: dict[str, Any], args: dict[str, Any], store: str
+) -> tuple[list[str], str | None, str | None]:
     """(argv, stdin text, cwd) for one tool call."""
     argv = entry["name"].split() + ["--json", "--store", str(args.get("store") or store)]
     positional: list[str] = []
@@ -92,13 +99,16 @@ def serve(store: Path) -> None:
     except ImportError as exc:
         from .errors import unavailable
 
-        raise unavailable(f"cko mcp needs the mcp package: pip install 'cko[mcp]' ({exc})", code="missing_mcp") \
-            from None
+        raise unavailable(
+            f"cko mcp needs the mcp package: pip install 'cko[mcp]' ({exc})", code="missing_mcp"
+        ) from None
     from .catalogue import NOT_TOOLS, catalogue
 
     entries = {tool_name(e["name"]): e for e in catalogue() if e["name"] not in NOT_TOOLS}
-    tools = [types.Tool(name=n, description=f"{e['summary']}\n\n{e['help']}", input_schema=input_schema(e))
-             for n, e in entries.items()]
+    tools = [
+        types.Tool(name=n, description=f"{e['summary']}\n\n{e['help']}", input_schema=input_schema(e))
+        for n, e in entries.items()
+    ]
 
     from .images import lock_path
 
@@ -110,22 +120,36 @@ def serve(store: Path) -> None:
     async def on_call_tool(ctx: Any, params: Any) -> Any:
         entry = entries.get(params.name)
         if entry is None:
-            return types.CallToolResult(content=[types.TextContent(type="text", text=f"unknown tool {params.name}")],
-                                        is_error=True)
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=f"unknown tool {params.name}")], is_error=True
+            )
         argv, stdin, cwd = argv_for(entry, dict(params.arguments or {}), str(store.absolute()))
         # A call runs where its request lives, but with the image lock the server found from its own
         # working directory: the request's directory need not be inside the project.
         env = {**os.environ, "CKO_IMAGES_LOCK": os.environ.get("CKO_IMAGES_LOCK") or str(lock)}
-        proc = await anyio.run_process([sys.executable, "-m", "runner", *argv], input=(stdin or "").encode(),
-                                       cwd=cwd, check=False, env=env)
+        proc = await anyio.run_process(
+            [sys.executable, "-m", "runner", *argv],
+            input=(stdin or "").encode(),
+            cwd=cwd,
+            check=False,
+            env=env,
+        )
         text = proc.stdout.decode(errors="replace")
         try:
             doc = json.loads(text)
         except ValueError:
-            doc = {"ok": False, "error": "internal", "message": "no JSON document on stdout",
-                   "stderr": proc.stderr.decode(errors="replace")[-2000:], "exit_code": proc.returncode}
-        return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(doc, sort_keys=True))],
-                                    structured_content=doc, is_error=proc.returncode != 0)
+            doc = {
+                "ok": False,
+                "error": "internal",
+                "message": "no JSON document on stdout",
+                "stderr": proc.stderr.decode(errors="replace")[-2000:],
+                "exit_code": proc.returncode,
+            }
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(doc, sort_keys=True))],
+            structured_content=doc,
+            is_error=proc.returncode != 0,
+        )
 
     server = Server("cko", on_list_tools=on_list_tools, on_call_tool=on_call_tool)
 

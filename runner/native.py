@@ -52,7 +52,9 @@ def build(*, force: bool = False, progress: Callable[[str], None] = print) -> Pa
         return LIBRARY
     cc = compiler()
     if cc is None:
-        progress("native: no C compiler (cc): torch traces will parse on the Python paths (same facts, slower)")
+        progress(
+            "native: no C compiler (cc): torch traces will parse on the Python paths (same facts, slower)"
+        )
         return None
     # compiled beside the target and renamed over it: a reader never sees half a library
     fd, tmp = tempfile.mkstemp(prefix=".trace_scan.", suffix=".so", dir=LIBRARY.parent)

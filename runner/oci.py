@@ -96,8 +96,9 @@ class LayerWriter:
         self._entries[ti.name] = (self._norm(ti, (0, 0)), None)
         self._data[ti.name] = data
 
-    def add_tree(self, src: Path, arcbase: str = "", *, owner: tuple[int, int] | None = None,
-                 skip: Skip | None = None) -> None:
+    def add_tree(
+        self, src: Path, arcbase: str = "", *, owner: tuple[int, int] | None = None, skip: Skip | None = None
+    ) -> None:
         """Everything under `src` as `arcbase/...` (arcbase "" = the layer's root)."""
         base = arcbase.strip("/")
         if base:
@@ -163,6 +164,7 @@ def _walk(root: Path) -> Iterable[Path]:
 
 # -- image config and archive -------------------------------------------------------------------
 
+
 @dataclass
 class Layer:
     path: Path
@@ -170,15 +172,26 @@ class Layer:
     comment: str
 
 
-def image_config(layers: list[Layer], *, env: dict[str, str], user: str, workdir: str,
-                 labels: dict[str, str], mtime: int | None = None) -> dict[str, Any]:
+def image_config(
+    layers: list[Layer],
+    *,
+    env: dict[str, str],
+    user: str,
+    workdir: str,
+    labels: dict[str, str],
+    mtime: int | None = None,
+) -> dict[str, Any]:
     created = datetime.fromtimestamp(epoch() if mtime is None else mtime, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "architecture": "amd64",
         "os": "linux",
         "created": created,
-        "config": {"Env": [f"{k}={v}" for k, v in env.items()], "User": user, "WorkingDir": workdir,
-                   "Labels": dict(sorted(labels.items()))},
+        "config": {
+            "Env": [f"{k}={v}" for k, v in env.items()],
+            "User": user,
+            "WorkingDir": workdir,
+            "Labels": dict(sorted(labels.items())),
+        },
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{la.digest}" for la in layers]},
         "history": [{"created": created, "created_by": la.comment} for la in layers],
     }
@@ -196,25 +209,39 @@ def _add_blob(tar: tarfile.TarFile, name: str, src: Path | bytes, mtime: int) ->
             tar.addfile(ti, f)
 
 
-def write_archive(out: Path, layers: list[Layer], config: dict[str, Any] | bytes, ref: str | None = None) -> dict[str, str]:
+def write_archive(
+    out: Path, layers: list[Layer], config: dict[str, Any] | bytes, ref: str | None = None
+) -> dict[str, str]:
     """The archive (OCI layout + docker manifest.json); returns image id, manifest digest, archive digest.
 
     A config given as bytes is kept byte for byte (an image made elsewhere: its id is their digest)."""
     cfg = config if isinstance(config, bytes) else canonical_json(config)
     cfg_hex = hashlib.sha256(cfg).hexdigest()
-    manifest = canonical_json({
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": OCI_CONFIG, "digest": f"sha256:{cfg_hex}", "size": len(cfg)},
-        "layers": [{"mediaType": OCI_LAYER, "digest": f"sha256:{la.digest}", "size": la.path.stat().st_size}
-                   for la in layers],
-    })
+    manifest = canonical_json(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": OCI_CONFIG, "digest": f"sha256:{cfg_hex}", "size": len(cfg)},
+            "layers": [
+                {"mediaType": OCI_LAYER, "digest": f"sha256:{la.digest}", "size": la.path.stat().st_size}
+                for la in layers
+            ],
+        }
+    )
     man_hex = hashlib.sha256(manifest).hexdigest()
     desc: dict[str, Any] = {"mediaType": OCI_MANIFEST, "digest": f"sha256:{man_hex}", "size": len(manifest)}
     if ref:
         desc["annotations"] = {"org.opencontainers.image.ref.name": ref}
     index = canonical_json({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [desc]})
-    docker_manifest = canonical_json([{"Config": f"blobs/sha256/{cfg_hex}", "RepoTags": [ref] if ref else None,
-                                       "Layers": [f"blobs/sha256/{la.digest}" for la in layers]}])
+    docker_manifest = canonical_json(
+        [
+            {
+                "Config": f"blobs/sha256/{cfg_hex}",
+                "RepoTags": [ref] if ref else None,
+                "Layers": [f"blobs/sha256/{la.digest}" for la in layers],
+            }
+        ]
+    )
     mtime = epoch()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
@@ -230,8 +257,11 @@ def write_archive(out: Path, layers: list[Layer], config: dict[str, Any] | bytes
         raw.flush()
         os.fsync(raw.fileno())
     os.replace(tmp, out)
-    return {"image_id": f"sha256:{cfg_hex}", "manifest_digest": f"sha256:{man_hex}",
-            "archive_sha256": sha256_path(out)}
+    return {
+        "image_id": f"sha256:{cfg_hex}",
+        "manifest_digest": f"sha256:{man_hex}",
+        "archive_sha256": sha256_path(out),
+    }
 
 
 def read_archive(path: Path) -> dict[str, Any]:
@@ -263,7 +293,12 @@ def read_archive(path: Path) -> dict[str, Any]:
                 h.update(chunk)
             if h.hexdigest() != hexd:
                 raise ValueError(f"{path}: layer {hexd[:12]} does not match its digest")
-    return {"image_id": cfg_digest, "manifest_digest": man_digest, "manifest": manifest, "config": json.loads(cfg)}
+    return {
+        "image_id": cfg_digest,
+        "manifest_digest": man_digest,
+        "manifest": manifest,
+        "config": json.loads(cfg),
+    }
 
 
 def copy_stream(src: BinaryIO, dst: BinaryIO) -> str:

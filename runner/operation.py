@@ -29,10 +29,22 @@ class OperationResult:
     stderr_tail: str = ""
 
 
-def run_operation(*, store: Store, op: str, args: list[str], inputs: dict[str, Path], image: str = "cpu",
-                  gpus: list[str] | None = None, timeout: float = 600.0, label: str = "", counters: bool = False,
-                  extra_mounts: list[Mount] | None = None, memory: str | None = None, parent: dict[str, Any] | None = None,
-                  policy_path: str | None = None) -> OperationResult:
+def run_operation(
+    *,
+    store: Store,
+    op: str,
+    args: list[str],
+    inputs: dict[str, Path],
+    image: str = "cpu",
+    gpus: list[str] | None = None,
+    timeout: float = 600.0,
+    label: str = "",
+    counters: bool = False,
+    extra_mounts: list[Mount] | None = None,
+    memory: str | None = None,
+    parent: dict[str, Any] | None = None,
+    policy_path: str | None = None,
+) -> OperationResult:
     if image == "cpu":  # a GPU host built without the cpu image parses in the cuda image instead
         image = os.environ.get("CKO_PARSE_IMAGE", "cpu")
     # cko's own staging, in the store's scratch: the only kind of path a container mounts.
@@ -51,9 +63,19 @@ def run_operation(*, store: Store, op: str, args: list[str], inputs: dict[str, P
             dst.chmod(0o644)
             mounts.append(Mount(str(dst), f"/cko/in/{name}", read_only=True))
         staging.chmod(0o755)
-        plan = Plan(op=op, command=["/opt/cko/bin/python", "-I", "-m", "operations", op, *args, "--out", "/cko/out"],
-                    image=image, gpus=list(gpus or []), mounts=mounts, timeout_s=timeout, label=label or op,
-                    counters=counters, memory=memory, parent=parent, policy_path=policy_path)
+        plan = Plan(
+            op=op,
+            command=["/opt/cko/bin/python", "-I", "-m", "operations", op, *args, "--out", "/cko/out"],
+            image=image,
+            gpus=list(gpus or []),
+            mounts=mounts,
+            timeout_s=timeout,
+            label=label or op,
+            counters=counters,
+            memory=memory,
+            parent=parent,
+            policy_path=policy_path,
+        )
         outcome = execute(store, plan, keep_outputs=True)
         try:
             doc = outcome.read_json("result.json")
@@ -64,12 +86,18 @@ def run_operation(*, store: Store, op: str, args: list[str], inputs: dict[str, P
                 raise failed(
                     f"{op}: the parse was stopped at its memory limit of {memory or 'the policy default'} (invocation {outcome.id}); "
                     "a larger --memory, within the policy's max_memory, lets it finish",
-                    code="out_of_memory", field="memory")
-            return OperationResult(invocation_id=outcome.id,
-                                   exit_code=res.container_exit_code if res.container_exit_code is not None else -1,
-                                   state=res.state, doc=doc if isinstance(doc, dict) else None,
-                                   outputs=[o.model_dump(mode="json") for o in res.outputs], reason=res.reason,
-                                   stderr_tail=res.stderr_tail)
+                    code="out_of_memory",
+                    field="memory",
+                )
+            return OperationResult(
+                invocation_id=outcome.id,
+                exit_code=res.container_exit_code if res.container_exit_code is not None else -1,
+                state=res.state,
+                doc=doc if isinstance(doc, dict) else None,
+                outputs=[o.model_dump(mode="json") for o in res.outputs],
+                reason=res.reason,
+                stderr_tail=res.stderr_tail,
+            )
         finally:
             outcome.close()
     finally:

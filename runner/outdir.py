@@ -42,8 +42,10 @@ def make(scratch: Path, user: str, limits: Limits) -> tuple[Path, bool]:
     if os.geteuid() != 0:
         os.chmod(out, 0o777)
         return out, False
-    opts = (f"size={limits.output_bytes},nr_inodes={limits.output_files + 16},mode=0700,"
-            f"uid={int(uid)},gid={int(gid or uid)}").encode()
+    opts = (
+        f"size={limits.output_bytes},nr_inodes={limits.output_files + 16},mode=0700,"
+        f"uid={int(uid)},gid={int(gid or uid)}"
+    ).encode()
     if _libc().mount(FS_NAME, str(out).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount tmpfs on {out}: {os.strerror(err)}")
@@ -107,10 +109,17 @@ def collect(store: Store, out: Path, limits: Limits) -> tuple[list[ObjectRef], d
         while stack and not w.stopped:
             dfd, prefix, depth = stack.pop()
             try:
-                subdirs = _collect_dir(store, dfd, prefix, depth, w, refs, meta, (max_files, max_bytes, max_depth))
+                subdirs = _collect_dir(
+                    store, dfd, prefix, depth, w, refs, meta, (max_files, max_bytes, max_depth)
+                )
                 for name, rel in reversed(subdirs):
-                    stack.append((os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dfd),
-                                  rel + "/", depth + 1))
+                    stack.append(
+                        (
+                            os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dfd),
+                            rel + "/",
+                            depth + 1,
+                        )
+                    )
             finally:
                 os.close(dfd)
     finally:
@@ -119,13 +128,23 @@ def collect(store: Store, out: Path, limits: Limits) -> tuple[list[ObjectRef], d
     with contextlib.suppress(OSError):
         sv = os.statvfs(out)
         if is_mounted(out) and (sv.f_bavail == 0 or sv.f_favail == 0):
-            w.note(f"output area full ({limits.output_bytes} bytes, {limits.output_files} files): writes past "
-                   "the bound failed inside the container")
+            w.note(
+                f"output area full ({limits.output_bytes} bytes, {limits.output_files} files): writes past "
+                "the bound failed inside the container"
+            )
     return refs, meta, w.problems
 
 
-def _collect_dir(store: Store, dfd: int, prefix: str, depth: int, w: _Walk, refs: list[ObjectRef],
-                 meta: dict[str, Any], bounds: tuple[int, int, int]) -> list[tuple[str, str]]:
+def _collect_dir(
+    store: Store,
+    dfd: int,
+    prefix: str,
+    depth: int,
+    w: _Walk,
+    refs: list[ObjectRef],
+    meta: dict[str, Any],
+    bounds: tuple[int, int, int],
+) -> list[tuple[str, str]]:
     max_files, max_bytes, max_depth = bounds
     subdirs = []
     for name in sorted(os.listdir(dfd)):
@@ -143,8 +162,10 @@ def _collect_dir(store: Store, dfd: int, prefix: str, depth: int, w: _Walk, refs
         w.files += 1
         w.bytes += st.st_size
         if w.files > max_files or w.bytes > max_bytes:
-            w.note(f"output limit exceeded at {rel} ({w.files} files, {w.bytes} bytes; bound {max_files} files, "
-                   f"{max_bytes} bytes): rest refused")
+            w.note(
+                f"output limit exceeded at {rel} ({w.files} files, {w.bytes} bytes; bound {max_files} files, "
+                f"{max_bytes} bytes): rest refused"
+            )
             w.stopped = True
             return []
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)

@@ -32,10 +32,38 @@ if TYPE_CHECKING:
     from .invocation import Plan
 
 # Never mounted into a container, whatever the policy: they would hand it the host.
-FORBIDDEN_EXACT = ("/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/root", "/home", "/var", "/opt", "/tmp",
-                   "/run", "/var/run", "/srv", "/mnt", "/media")
-FORBIDDEN_UNDER = ("/proc", "/sys", "/dev", "/boot", "/etc", "/var/lib/docker", "/var/lib/containerd",
-                   "/run/docker", "/run/containerd", "/var/run/docker", "/run/user", "/run/cko")
+FORBIDDEN_EXACT = (
+    "/",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib64",
+    "/root",
+    "/home",
+    "/var",
+    "/opt",
+    "/tmp",
+    "/run",
+    "/var/run",
+    "/srv",
+    "/mnt",
+    "/media",
+)
+FORBIDDEN_UNDER = (
+    "/proc",
+    "/sys",
+    "/dev",
+    "/boot",
+    "/etc",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+    "/run/docker",
+    "/run/containerd",
+    "/var/run/docker",
+    "/run/user",
+    "/run/cko",
+)
 RESERVED_TARGETS = ("/", "/tmp", "/opt/cko", "/proc", "/dev", "/sys", "/etc", "/cko/out")
 MAX_TIMEOUT_S = 24 * 3600.0
 SYSTEM_POLICY = "/etc/cko/policy.yaml"
@@ -54,7 +82,9 @@ def parse_size(text: str | int, field: str) -> int:
             raise bad_request(f"{field}: {text!r} is not a size like 512m or 4g", field=field)
         value = int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
     if value <= 0:
-        raise bad_request(f"{field}: {text!r} must be more than zero (a limit is never switched off)", field=field)
+        raise bad_request(
+            f"{field}: {text!r} must be more than zero (a limit is never switched off)", field=field
+        )
     return value
 
 
@@ -65,15 +95,20 @@ def host_cpus() -> float:
 class Policy(Closed):
     allowed_images: list[str] | None = Field(default=None, description="image ids (sha256:...) that may run")
     allowed_gpus: list[str] | None = Field(default=None, description="GPU UUIDs that may be granted")
-    mount_roots: list[str] | None = Field(default=None, description="host directories under which every host path "
-                                                                    "a request names (mounts, workloads, reports) lies")
+    mount_roots: list[str] | None = Field(
+        default=None,
+        description="host directories under which every host path "
+        "a request names (mounts, workloads, reports) lies",
+    )
     max_timeout_s: float = Field(default=6 * 3600.0, gt=0, le=MAX_TIMEOUT_S)
     max_memory: str = "16g"
     default_memory: str = "4g"
     max_pids: int = Field(default=4096, ge=16)
     default_pids: int = Field(default=1024, ge=16)
     max_cpus: float | None = Field(default=None, gt=0, description="default: the host's cores")
-    default_cpus: float | None = Field(default=None, gt=0, description="default: the host's cores less one (min 1)")
+    default_cpus: float | None = Field(
+        default=None, gt=0, description="default: the host's cores less one (min 1)"
+    )
     max_tmpfs: str = "8g"
     default_tmpfs: str = "1g"
     max_output: str = "8g"
@@ -87,7 +122,9 @@ class Policy(Closed):
     # Foreign-load ceilings of a verdict (issue 19): a policy can only lower a plan's declared ceiling
     max_foreign_cpu_share: float | None = Field(default=None, gt=0, le=1.0)
     max_foreign_gpu_contexts: int | None = Field(default=None, ge=0)
-    ledger_key_file: str | None = Field(default=None, description="system policy only: HMAC key for the ledger")
+    ledger_key_file: str | None = Field(
+        default=None, description="system policy only: HMAC key for the ledger"
+    )
     ledger_head_dir: str | None = Field(default=None, description="system policy only: keyed ledger heads")
 
     @field_validator("container_user")
@@ -99,8 +136,16 @@ class Policy(Closed):
             raise ValueError("container_user may not be root (0)")
         return v
 
-    @field_validator("max_memory", "default_memory", "max_tmpfs", "default_tmpfs", "max_output", "default_output",
-                     "max_log", "default_log")
+    @field_validator(
+        "max_memory",
+        "default_memory",
+        "max_tmpfs",
+        "default_tmpfs",
+        "max_output",
+        "default_output",
+        "max_log",
+        "default_log",
+    )
     @classmethod
     def _size(cls, v: str) -> str:
         if not _SIZE.match(str(v).strip()) or str(v).strip().startswith(("-", "0")):
@@ -130,11 +175,15 @@ def _read_policy(path: str, what: str) -> tuple[Policy, str]:
     except FileNotFoundError:
         raise bad_request(f"{what}: {path} does not exist", field="policy") from None
     except (OSError, yaml.YAMLError) as exc:
-        raise bad_request(f"{what}: {path} is not readable YAML: {str(exc).splitlines()[0]}", field="policy") from None
+        raise bad_request(
+            f"{what}: {path} is not readable YAML: {str(exc).splitlines()[0]}", field="policy"
+        ) from None
     if isinstance(data, dict) and "allow_profiler_counters" in data:
-        raise bad_request(f"{what}: allow_profiler_counters was removed: no operation adds a capability; counters "
-                          "are read where the host lets non-admin users read them (cko doctor says)",
-                          field="policy.allow_profiler_counters")
+        raise bad_request(
+            f"{what}: allow_profiler_counters was removed: no operation adds a capability; counters "
+            "are read where the host lets non-admin users read them (cko doctor says)",
+            field="policy.allow_profiler_counters",
+        )
     try:
         return Policy.model_validate(data or {}), hashlib.sha256(raw).hexdigest()
     except ValidationError as exc:
@@ -162,20 +211,29 @@ def system_policy_path() -> str | None:
     if env:
         p = Path(env).absolute()
         if not p.exists():
-            raise unavailable(f"CKO_SYSTEM_POLICY: {p} does not exist", code="system_policy_untrusted",
-                              field="system_policy")
+            raise unavailable(
+                f"CKO_SYSTEM_POLICY: {p} does not exist",
+                code="system_policy_untrusted",
+                field="system_policy",
+            )
         why = _root_owned(p)
         if why:
-            raise unavailable(f"CKO_SYSTEM_POLICY: {why}: a system policy must be root-owned",
-                              code="system_policy_untrusted", field="system_policy")
+            raise unavailable(
+                f"CKO_SYSTEM_POLICY: {why}: a system policy must be root-owned",
+                code="system_policy_untrusted",
+                field="system_policy",
+            )
         return str(p)
     p = Path(SYSTEM_POLICY)
     if not p.exists():
         return None
     why = _root_owned(p)
     if why:
-        raise unavailable(f"{SYSTEM_POLICY}: {why}; fix its ownership and mode (root:root 0644)",
-                          code="system_policy_untrusted", field="system_policy")
+        raise unavailable(
+            f"{SYSTEM_POLICY}: {why}; fix its ownership and mode (root:root 0644)",
+            code="system_policy_untrusted",
+            field="system_policy",
+        )
     return str(p)
 
 
@@ -195,8 +253,10 @@ def load(path: str | Path | None) -> LoadedPolicy:
         return LoadedPolicy(system, spath, ssha, None, None)
     caller, csha = _read_policy(p, "--policy")
     if caller.ledger_key_file or caller.ledger_head_dir:
-        raise bad_request("--policy: ledger_key_file and ledger_head_dir belong in the system policy only",
-                          field="policy.ledger_key_file")
+        raise bad_request(
+            "--policy: ledger_key_file and ledger_head_dir belong in the system policy only",
+            field="policy.ledger_key_file",
+        )
     return LoadedPolicy(narrow(system, caller), spath, ssha, p, csha)
 
 
@@ -231,8 +291,11 @@ def narrow(system: Policy, caller: Policy) -> Policy:
     roots = caller.mount_roots
     if system.mount_roots is not None:
         sys_roots = [Path(r).resolve() for r in system.mount_roots]
-        roots = [r for r in (caller.mount_roots if caller.mount_roots is not None else system.mount_roots)
-                 if any(_within(Path(r).resolve(), s) for s in sys_roots)]
+        roots = [
+            r
+            for r in (caller.mount_roots if caller.mount_roots is not None else system.mount_roots)
+            if any(_within(Path(r).resolve(), s) for s in sys_roots)
+        ]
     upd: dict[str, Any] = {
         "allowed_images": _meet(system.allowed_images, caller.allowed_images),
         "allowed_gpus": _meet(system.allowed_gpus, caller.allowed_gpus),
@@ -259,10 +322,14 @@ def check_timeout(policy: Policy, timeout: float, field: str = "timeout") -> flo
     if not (timeout > 0) or timeout != timeout:
         raise bad_request(f"{field}: {timeout} must be a positive number of seconds", field=field)
     if timeout > MAX_TIMEOUT_S:
-        raise bad_request(f"{field}: {timeout:g}s is more than the {MAX_TIMEOUT_S:g}s cko allows", field=field)
+        raise bad_request(
+            f"{field}: {timeout:g}s is more than the {MAX_TIMEOUT_S:g}s cko allows", field=field
+        )
     if timeout > policy.max_timeout_s:
-        raise refused(f"{field}: {timeout:g}s exceeds the policy's max_timeout_s {policy.max_timeout_s:g}",
-                      rule="max_timeout_s")
+        raise refused(
+            f"{field}: {timeout:g}s exceeds the policy's max_timeout_s {policy.max_timeout_s:g}",
+            rule="max_timeout_s",
+        )
     return timeout
 
 
@@ -285,25 +352,39 @@ def _size_limit(policy: Policy, requested: str | int | None, name: str, field: s
         return min(parse_size(getattr(policy, f"default_{name}"), f"policy.default_{name}"), maximum)
     value = parse_size(requested, field)
     if value > maximum:
-        raise refused(f"{field}: {requested} exceeds the policy's max_{name} {getattr(policy, f'max_{name}')}",
-                      rule=f"max_{name}")
+        raise refused(
+            f"{field}: {requested} exceeds the policy's max_{name} {getattr(policy, f'max_{name}')}",
+            rule=f"max_{name}",
+        )
     return value
 
 
-def _count_limit(policy: Policy, requested: float | None, name: str, field: str, default: float,
-                 maximum: float) -> float:
+def _count_limit(
+    policy: Policy, requested: float | None, name: str, field: str, default: float, maximum: float
+) -> float:
     if requested is None:
         return min(default, maximum)
     if isinstance(requested, bool) or not requested > 0 or requested != requested:
-        raise bad_request(f"{field}: {requested} must be more than zero (a limit is never switched off)", field=field)
+        raise bad_request(
+            f"{field}: {requested} must be more than zero (a limit is never switched off)", field=field
+        )
     if requested > maximum:
-        raise refused(f"{field}: {requested:g} exceeds the policy's max_{name} {maximum:g}", rule=f"max_{name}")
+        raise refused(
+            f"{field}: {requested:g} exceeds the policy's max_{name} {maximum:g}", rule=f"max_{name}"
+        )
     return requested
 
 
-def admit_limits(policy: Policy, memory: str | int | None, pids: int | None, cpus: float | None,
-                 tmpfs: str | int | None, output: str | int | None = None, output_files: int | None = None,
-                 log: str | int | None = None) -> Limits:
+def admit_limits(
+    policy: Policy,
+    memory: str | int | None,
+    pids: int | None,
+    cpus: float | None,
+    tmpfs: str | int | None,
+    output: str | int | None = None,
+    output_files: int | None = None,
+    log: str | int | None = None,
+) -> Limits:
     """Every limit set, none above the policy's maximum."""
     max_cpus = policy.max_cpus or host_cpus()
     default_cpus = policy.default_cpus or max(1.0, host_cpus() - 1)
@@ -315,21 +396,35 @@ def admit_limits(policy: Policy, memory: str | int | None, pids: int | None, cpu
         cpus=float(_count_limit(policy, cpus, "cpus", "cpus", default_cpus, max_cpus)),
         tmpfs_bytes=_size_limit(policy, tmpfs, "tmpfs", "tmpfs"),
         output_bytes=_size_limit(policy, output, "output", "output"),
-        output_files=int(_count_limit(policy, output_files, "output_files", "output_files",
-                                      policy.default_output_files, policy.max_output_files)),
+        output_files=int(
+            _count_limit(
+                policy,
+                output_files,
+                "output_files",
+                "output_files",
+                policy.default_output_files,
+                policy.max_output_files,
+            )
+        ),
         output_depth=policy.max_output_depth,
         log_bytes=_size_limit(policy, log, "log", "log"),
     )
 
 
-COUNTERS_REMEDY = ("on the host, as root: echo 'options nvidia NVreg_RestrictProfilingToAdminUsers=0' > "
-                   "/etc/modprobe.d/cko-profiling.conf, then reload the nvidia module (or reboot)")
+COUNTERS_REMEDY = (
+    "on the host, as root: echo 'options nvidia NVreg_RestrictProfilingToAdminUsers=0' > "
+    "/etc/modprobe.d/cko-profiling.conf, then reload the nvidia module (or reboot)"
+)
 
 
 def counters_refusal(reason: str) -> CkoError:
-    return CkoError(f"profiler counters are restricted to admin users on this host ({reason}); cko never adds a "
-                    f"capability to read them. Host-side fix: {COUNTERS_REMEDY}", exit_code=Exit.UNAVAILABLE,
-                    code="profiler_counters_restricted", field="counters")
+    return CkoError(
+        f"profiler counters are restricted to admin users on this host ({reason}); cko never adds a "
+        f"capability to read them. Host-side fix: {COUNTERS_REMEDY}",
+        exit_code=Exit.UNAVAILABLE,
+        code="profiler_counters_restricted",
+        field="counters",
+    )
 
 
 def check_counters() -> None:
@@ -350,6 +445,7 @@ def container_user(policy: Policy) -> str:
 
 
 # -- admission ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class AdmittedMount:
@@ -376,15 +472,21 @@ def _check_targets(plan: Plan) -> None:
     targets: set[str] = set()
     for m in plan.mounts:
         if not m.target.startswith("/") or ".." in Path(m.target).parts:
-            raise CkoError(f"mount target {m.target} must be an absolute path without ..", code="bad_request",
-                           field="mount")
+            raise CkoError(
+                f"mount target {m.target} must be an absolute path without ..",
+                code="bad_request",
+                field="mount",
+            )
         if m.target in targets or m.target in RESERVED_TARGETS or m.target.startswith("/cko/out/"):
-            raise CkoError(f"mount target {m.target} is reserved or given twice", code="bad_request", field="mount")
+            raise CkoError(
+                f"mount target {m.target} is reserved or given twice", code="bad_request", field="mount"
+            )
         targets.add(m.target)
 
 
-def admit(plan: Plan, loaded: LoadedPolicy | None = None, staging: Path | None = None,
-          owned: tuple[Path, ...] = ()) -> Admitted:
+def admit(
+    plan: Plan, loaded: LoadedPolicy | None = None, staging: Path | None = None, owned: tuple[Path, ...] = ()
+) -> Admitted:
     """The one policy check. Raises (exit 2 bad request, exit 3 refused) before anything starts.
 
     Host paths are resolved once, by file descriptor, checked and copied under `staging` (a
@@ -394,8 +496,9 @@ def admit(plan: Plan, loaded: LoadedPolicy | None = None, staging: Path | None =
     loaded = loaded or load(plan.policy_path)
     policy = loaded.policy
     timeout = check_timeout(policy, plan.timeout_s)
-    limits = admit_limits(policy, plan.memory, plan.pids, plan.cpus, plan.tmpfs, plan.output, plan.output_files,
-                          plan.log)
+    limits = admit_limits(
+        policy, plan.memory, plan.pids, plan.cpus, plan.tmpfs, plan.output, plan.output_files, plan.log
+    )
     _check_targets(plan)
     if plan.counters:
         check_counters()
@@ -405,14 +508,22 @@ def admit(plan: Plan, loaded: LoadedPolicy | None = None, staging: Path | None =
         mounts.append(AdmittedMount(source=str(src), target=m.target, read_only=m.read_only, origin=m.source))
     for wi, w in enumerate(plan.workers):  # a stage's workers: cko's own scratch, checked the same way
         for j, m in enumerate(w.mounts):
-            src = hostpath.admit_mount(policy, m.source, m.read_only, owned=owned, staging=staging,
-                                       index=1000 + 100 * wi + j)
+            src = hostpath.admit_mount(
+                policy, m.source, m.read_only, owned=owned, staging=staging, index=1000 + 100 * wi + j
+            )
             # cko's own scratch is mounted as it is; anything else is the checked copy (a check that
             # stages into a temporary directory, as the fleet controller's does, leaves the plan alone)
             if owned or staging is None:
                 m.source = str(src)
-    return Admitted(plan=plan, mounts=tuple(mounts), limits=limits, timeout_s=timeout,
-                    user=container_user(policy), policy=loaded, env=dict(plan.env))
+    return Admitted(
+        plan=plan,
+        mounts=tuple(mounts),
+        limits=limits,
+        timeout_s=timeout,
+        user=container_user(policy),
+        policy=loaded,
+        env=dict(plan.env),
+    )
 
 
 __all__ = ["Admitted", "CkoError", "Exit", "Policy", "admit", "load", "load_policy"]

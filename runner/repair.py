@@ -33,7 +33,9 @@ from .verify import verify_store
 def _record_files(store: Store) -> list[Path]:
     files = [p for k in RECORD_KINDS for p in sorted((store.root / k).glob("*.json"))]
     files += sorted((store.root / "champion" / "selections").glob("*.json"))
-    files += sorted(p / "result.json" for p in (store.root / "invocations").iterdir() if (p / "result.json").exists())
+    files += sorted(
+        p / "result.json" for p in (store.root / "invocations").iterdir() if (p / "result.json").exists()
+    )
     return files
 
 
@@ -97,9 +99,14 @@ def _champion(store: Store, actions: list[str]) -> None:
         if sel.get("previous_pointer_sha256") == current:
             from .workflow.records import ChampionPointer
 
-            ptr = ChampionPointer.model_validate({"target": sel["target"], "variant": sel.get("variant"),
-                                                  "selection": {"id": sel["id"], "sha256": e["sha256"]},
-                                                  "snapshot": sel["snapshot"]})
+            ptr = ChampionPointer.model_validate(
+                {
+                    "target": sel["target"],
+                    "variant": sel.get("variant"),
+                    "selection": {"id": sel["id"], "sha256": e["sha256"]},
+                    "snapshot": sel["snapshot"],
+                }
+            )
             write_replace(p, canonical_bytes(ptr))
             actions.append(f"champion/current.json: completed the swap to selection {sel['id']}")
         return

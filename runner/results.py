@@ -21,16 +21,22 @@ class Envelope(BaseModel):
 
     ok: bool = Field(description="true exactly when exit_code is 0")
     command: str = Field(description="the command path without the program name, e.g. 'champion select'")
-    exit_code: int = Field(description="the process exit code: 0 done, 1 failed, 2 bad request, 3 refused, "
-                           "4 timed out, 5 unavailable, 130 interrupted")
-    schema_: str = Field(alias="schema", description="the schema this document validates against (cko schema NAME)")
+    exit_code: int = Field(
+        description="the process exit code: 0 done, 1 failed, 2 bad request, 3 refused, "
+        "4 timed out, 5 unavailable, 130 interrupted"
+    )
+    schema_: str = Field(
+        alias="schema", description="the schema this document validates against (cko schema NAME)"
+    )
 
 
 class ErrorDoc(Envelope):
     """Any command's error: usage (exit 2), refusal, timeout, internal error, interrupt (130)."""
 
     ok: Literal[False]
-    error: str = Field(description="a stable code: bad_request, usage, invalid_request, internal, interrupted, ...")
+    error: str = Field(
+        description="a stable code: bad_request, usage, invalid_request, internal, interrupted, ..."
+    )
     message: str
     field: str | None = Field(default=None, description="the request field or option it concerns")
     detail: dict[str, Any] = Field(default_factory=dict)
@@ -49,7 +55,9 @@ class ReadinessResult(Envelope):
     ready: bool
     target: RefDoc | None = None
     blockers: list[Obj] = Field(default_factory=list)
-    ran_on: list[Obj] = Field(default_factory=list, description="where the smoke ran (one entry per invocation)")
+    ran_on: list[Obj] = Field(
+        default_factory=list, description="where the smoke ran (one entry per invocation)"
+    )
 
 
 class BaselineResult(Envelope):
@@ -92,7 +100,9 @@ class ExperimentResult(Envelope):
     ran_on: list[Obj]
     cases: list[CaseRow]
     cost: Obj | None = Field(default=None, description="estimated and actual cost of the stage")
-    fail_on: Obj | None = Field(default=None, description="--fail-on: the outcomes asked for and those matched")
+    fail_on: Obj | None = Field(
+        default=None, description="--fail-on: the outcomes asked for and those matched"
+    )
 
 
 class StatusResult(Envelope):
@@ -101,7 +111,9 @@ class StatusResult(Envelope):
     state: str = Field(description="running, or the terminal state")
     running: bool
     invocation: InvocationResult | None = None
-    operation: Obj | None = Field(default=None, description="a detached operation: argv, pid, exit code, result")
+    operation: Obj | None = Field(
+        default=None, description="a detached operation: argv, pid, exit code, result"
+    )
     events: list[Obj]
 
 
@@ -220,24 +232,53 @@ class OpenResult(Envelope):
 
 # command path -> result model (the name `cko schema` serves is the path with '-' and '-result')
 RESULTS: dict[str, type[Envelope]] = {
-    "readiness": ReadinessResult, "baseline": BaselineResult, "variant": VariantResult,
-    "experiment": ExperimentResult, "status": StatusResult, "cancel": CancelResult, "verify": VerifyResult,
-    "champion show": ChampionShowResult, "champion select": ChampionSelectResult,
-    "champion restore": ChampionRestoreResult, "audit": AuditResult, "report": ReportResult, "demo": DemoResult,
-    "exec": ExecResult, "profile ncu": EvidenceResult, "profile nsys": EvidenceResult,
-    "profile torch": EvidenceResult, "sass": EvidenceResult, "execution-map": EvidenceResult,
-    "stats compare": StatsCompareResult, "ls": LsResult, "stop": StopResult, "commands": CommandsResult,
-    "schema": SchemaResult, "doctor": OpenResult, "images build": OpenResult, "images list": OpenResult,
-    "knowledge query": OpenResult, "knowledge lint": OpenResult, "fleet status": OpenResult,
-    "fleet run": OpenResult, "fleet combine": OpenResult,
-    "images save": OpenResult, "images load": OpenResult, "images push": OpenResult, "images pull": OpenResult,
-    "repair": OpenResult, "reap": OpenResult,
+    "readiness": ReadinessResult,
+    "baseline": BaselineResult,
+    "variant": VariantResult,
+    "experiment": ExperimentResult,
+    "status": StatusResult,
+    "cancel": CancelResult,
+    "verify": VerifyResult,
+    "champion show": ChampionShowResult,
+    "champion select": ChampionSelectResult,
+    "champion restore": ChampionRestoreResult,
+    "audit": AuditResult,
+    "report": ReportResult,
+    "demo": DemoResult,
+    "exec": ExecResult,
+    "profile ncu": EvidenceResult,
+    "profile nsys": EvidenceResult,
+    "profile torch": EvidenceResult,
+    "sass": EvidenceResult,
+    "execution-map": EvidenceResult,
+    "stats compare": StatsCompareResult,
+    "ls": LsResult,
+    "stop": StopResult,
+    "commands": CommandsResult,
+    "schema": SchemaResult,
+    "doctor": OpenResult,
+    "images build": OpenResult,
+    "images list": OpenResult,
+    "knowledge query": OpenResult,
+    "knowledge lint": OpenResult,
+    "fleet status": OpenResult,
+    "fleet run": OpenResult,
+    "fleet combine": OpenResult,
+    "images save": OpenResult,
+    "images load": OpenResult,
+    "images push": OpenResult,
+    "images pull": OpenResult,
+    "repair": OpenResult,
+    "reap": OpenResult,
 }
 
 
 def result_schema_entries() -> dict[str, str]:
     """Entries for runner.schemas.SCHEMAS: NAME-result -> module:Class."""
-    out = {cmd.replace(" ", "-") + "-result": f"runner.results:{model.__name__}" for cmd, model in RESULTS.items()}
+    out = {
+        cmd.replace(" ", "-") + "-result": f"runner.results:{model.__name__}"
+        for cmd, model in RESULTS.items()
+    }
     out["error"] = "runner.results:ErrorDoc"
     out["detached-result"] = "runner.results:DetachedResult"
     return out

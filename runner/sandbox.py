@@ -39,8 +39,16 @@ class Mount:
 
 def default_limits() -> Limits:
     """Limits for code that builds a spec directly (tests); invocations take theirs from policy.admit."""
-    return Limits(memory_bytes=4 << 30, pids=1024, cpus=1.0, tmpfs_bytes=1 << 30, output_bytes=1 << 30,
-                  output_files=10_000, output_depth=64, log_bytes=2 * OUTPUT_KEEP)
+    return Limits(
+        memory_bytes=4 << 30,
+        pids=1024,
+        cpus=1.0,
+        tmpfs_bytes=1 << 30,
+        output_bytes=1 << 30,
+        output_files=10_000,
+        output_depth=64,
+        log_bytes=2 * OUTPUT_KEEP,
+    )
 
 
 @dataclass
@@ -73,9 +81,14 @@ class CleanupReport:
     leftover: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"container_removed": self.container_removed, "stop_sent": self.stop_sent,
-                "killed": self.killed, "seconds": round(self.seconds, 3), "leftover": self.leftover,
-                "processes_left": 0 if self.container_removed else None}
+        return {
+            "container_removed": self.container_removed,
+            "stop_sent": self.stop_sent,
+            "killed": self.killed,
+            "seconds": round(self.seconds, 3),
+            "leftover": self.leftover,
+            "processes_left": 0 if self.container_removed else None,
+        }
 
 
 @dataclass
@@ -130,7 +143,9 @@ def container_kwargs(spec: ContainerSpec) -> dict[str, Any]:
     """The hardening every container gets; the one place it is decided."""
     from docker.types import Mount as DMount
 
-    mounts = [DMount(target=m.target, source=m.source, type="bind", read_only=m.read_only) for m in spec.mounts]
+    mounts = [
+        DMount(target=m.target, source=m.source, type="bind", read_only=m.read_only) for m in spec.mounts
+    ]
     env = dict(spec.env)
     devices: list[str] = []
     device_requests: list[Any] = []
@@ -143,8 +158,9 @@ def container_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         env.setdefault("NVIDIA_VISIBLE_DEVICES", "void")
     lim = spec.limits
     if not (lim.memory_bytes > 0 and lim.pids > 0 and lim.cpus and lim.cpus > 0 and lim.tmpfs_bytes > 0):
-        raise CkoError(f"internal: a container without every limit set ({lim})", exit_code=Exit.FAILED,
-                       code="internal")
+        raise CkoError(
+            f"internal: a container without every limit set ({lim})", exit_code=Exit.FAILED, code="internal"
+        )
     deadline = deadline_s(spec)
     labels = {**spec.labels, f"{LABEL}.deadline": f"{time.time() + deadline:.0f}"}
     kwargs: dict[str, Any] = dict(
@@ -248,8 +264,13 @@ class Companions(Protocol):
     def stop(self, client: Any, on_event: Callable[[str, dict[str, Any]], None]) -> None: ...
 
 
-def run(client: Any, spec: ContainerSpec, on_event: Callable[[str, dict[str, Any]], None],
-        cancelled: Callable[[], bool] = lambda: False, companions: Companions | None = None) -> ContainerRun:
+def run(
+    client: Any,
+    spec: ContainerSpec,
+    on_event: Callable[[str, dict[str, Any]], None],
+    cancelled: Callable[[], bool] = lambda: False,
+    companions: Companions | None = None,
+) -> ContainerRun:
     """Create, start, wait with a timeout, stop/kill, collect output, remove. Never leaves it behind."""
     from docker.errors import APIError, DockerException, ImageNotFound
 
@@ -258,8 +279,11 @@ def run(client: Any, spec: ContainerSpec, on_event: Callable[[str, dict[str, Any
     except ImageNotFound:
         raise unavailable(f"image {spec.image_id} not found in the engine", code="image_missing") from None
     except APIError as exc:
-        raise CkoError(f"engine refused the container: {exc.explanation or exc}", exit_code=Exit.UNAVAILABLE,
-                       code="container_create_failed") from None
+        raise CkoError(
+            f"engine refused the container: {exc.explanation or exc}",
+            exit_code=Exit.UNAVAILABLE,
+            code="container_create_failed",
+        ) from None
     keep = max(1, spec.limits.log_bytes // 2) if spec.limits.log_bytes else OUTPUT_KEEP
     out, err = _Tail(keep), _Tail(keep)
     pump: threading.Thread | None = None
@@ -268,7 +292,9 @@ def run(client: Any, spec: ContainerSpec, on_event: Callable[[str, dict[str, Any
     engine_error = None
     started = time.time()
     try:
-        stream = client.api.attach(container.id, stdout=True, stderr=True, stream=True, logs=False, demux=True)
+        stream = client.api.attach(
+            container.id, stdout=True, stderr=True, stream=True, logs=False, demux=True
+        )
         pump = threading.Thread(target=_pump, args=(stream, out, err), daemon=True)
         pump.start()
         container.start()
@@ -359,4 +385,3 @@ def reap_expired(client: Any, now: float | None = None, margin_s: float = 5.0) -
                 remove_container(client, c.id, grace=1, bound=20)
                 gone.append(c.id[:12])
     return gone
-

@@ -45,7 +45,9 @@ def schema(name: str) -> dict[str, Any]:
     try:
         model = getattr(importlib.import_module(module), cls)
     except (ImportError, AttributeError):
-        raise bad_request(f"schema {name!r} is not available in this build ({target})", field="name") from None
+        raise bad_request(
+            f"schema {name!r} is not available in this build ({target})", field="name"
+        ) from None
     doc: dict[str, Any] = model.model_json_schema()
     doc.setdefault("$id", f"cko:{name}")
     return doc

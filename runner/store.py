@@ -100,7 +100,9 @@ class Store:
             try:
                 self.root.mkdir(parents=True)
             except OSError as exc:
-                raise bad_request(f"--store: cannot create {self.root}: {exc.strerror}", field="store") from exc
+                raise bad_request(
+                    f"--store: cannot create {self.root}: {exc.strerror}", field="store"
+                ) from exc
         for sub in ("objects/sha256", "invocations", "champion/selections", *RECORD_KINDS):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self._lock = FileLock(self.root / ".writer.lock")
@@ -197,18 +199,26 @@ class Store:
         data = canonical_bytes(model)
         return {"id": record_id, "sha256": self.commit_file(self.record_path(kind, record_id), data)}
 
-    def get_record(self, kind: str, record_id: str, cls: type[M], sha256: str | None = None) -> tuple[M, dict[str, str]]:
+    def get_record(
+        self, kind: str, record_id: str, cls: type[M], sha256: str | None = None
+    ) -> tuple[M, dict[str, str]]:
         path = self.record_path(kind, record_id)
         if not path.is_file():
             raise bad_request(f"no {kind[:-1]} {record_id} in {self.root}", field=kind[:-1])
         data = path.read_bytes()
         digest = sha256_bytes(data)
         if sha256 is not None and digest != sha256:
-            raise failed(f"{kind[:-1]} {record_id} was altered: sha256 {digest} != referenced {sha256}", code="altered_record")
+            raise failed(
+                f"{kind[:-1]} {record_id} was altered: sha256 {digest} != referenced {sha256}",
+                code="altered_record",
+            )
         try:
             model = cls.model_validate_json(data)
         except ValidationError as exc:
-            raise failed(f"{kind[:-1]} {record_id} is not a valid record: {exc.errors()[0]['msg']}", code="corrupt_record") from exc
+            raise failed(
+                f"{kind[:-1]} {record_id} is not a valid record: {exc.errors()[0]['msg']}",
+                code="corrupt_record",
+            ) from exc
         return model, {"id": record_id, "sha256": digest}
 
     def list_records(self, kind: str) -> list[str]:
@@ -234,4 +244,3 @@ class Store:
                 field="expected_champion",
             )
         write_replace(self.champion_path, data)
-

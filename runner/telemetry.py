@@ -82,8 +82,13 @@ class Sampler:
     def stop(self) -> dict[str, Any]:
         self._stop.set()
         self._thread.join(timeout=5)
-        return {"interval_s": self.interval, "uuids": self.uuids, "samples": self.samples, "error": self.error,
-                "summary": summarize(self.samples, bool(self.uuids), self.error)}
+        return {
+            "interval_s": self.interval,
+            "uuids": self.uuids,
+            "samples": self.samples,
+            "error": self.error,
+            "summary": summarize(self.samples, bool(self.uuids), self.error),
+        }
 
     def _ours(self, pid: int) -> bool:
         if not self.container_ids:
@@ -150,13 +155,21 @@ class Sampler:
             now = time.monotonic()
             dt_total = cur[0] - prev[0]
             busy_cores = ncpu * (1.0 - (cur[1] - prev[1]) / dt_total) if dt_total > 0 else 0.0
-            ours = ((cur_c - prev_c + cur_s - prev_s) / 1e9 / (now - prev_t)
-                    if (cur_c is not None and prev_c is not None) else None)
+            ours = (
+                (cur_c - prev_c + cur_s - prev_s) / 1e9 / (now - prev_t)
+                if (cur_c is not None and prev_c is not None)
+                else None
+            )
             foreign = max(0.0, busy_cores - (ours or 0.0)) if ours is not None else None
-            self.samples.append({"t": round(time.time(), 3), "busy_cores": round(busy_cores, 3),
-                                 "ours_cores": None if ours is None else round(ours, 3),
-                                 "foreign_cores": None if foreign is None else round(foreign, 3),
-                                 "loadavg1": os.getloadavg()[0]})
+            self.samples.append(
+                {
+                    "t": round(time.time(), 3),
+                    "busy_cores": round(busy_cores, 3),
+                    "ours_cores": None if ours is None else round(ours, 3),
+                    "foreign_cores": None if foreign is None else round(foreign, 3),
+                    "loadavg1": os.getloadavg()[0],
+                }
+            )
             prev, prev_c, prev_s, prev_t = cur, cur_c, cur_s, now
 
 
@@ -175,13 +188,27 @@ def summarize(samples: list[dict[str, Any]], gpu: bool, error: str | None) -> di
             notes.append(f"throttling in {len(throttled)}/{len(samples)} samples: {', '.join(kinds)}")
         clocks = [s["sm_mhz"] for s in samples if s.get("sm_mhz") and (s.get("util_gpu") or 0) > 0]
         clock_note = None
-        if len(clocks) >= 3 and max(clocks) > 0 and (max(clocks) - min(clocks)) / max(clocks) > CLOCK_CHANGE_FRACTION:
+        if (
+            len(clocks) >= 3
+            and max(clocks) > 0
+            and (max(clocks) - min(clocks)) / max(clocks) > CLOCK_CHANGE_FRACTION
+        ):
             clock_note = f"SM clock changed while busy: {min(clocks)}..{max(clocks)} MHz"
             notes.append(clock_note)
-        return {"reasons": notes, "samples": len(samples), "foreign_gpu_contexts": len(foreign),
-                "throttled_share": len(throttled) / len(samples) if samples else None, "clock_note": clock_note,
-                "sm_mhz_min": min(clocks) if clocks else None, "sm_mhz_max": max(clocks) if clocks else None}
+        return {
+            "reasons": notes,
+            "samples": len(samples),
+            "foreign_gpu_contexts": len(foreign),
+            "throttled_share": len(throttled) / len(samples) if samples else None,
+            "clock_note": clock_note,
+            "sm_mhz_min": min(clocks) if clocks else None,
+            "sm_mhz_max": max(clocks) if clocks else None,
+        }
     foreign_vals = sorted(s["foreign_cores"] for s in samples if s.get("foreign_cores") is not None)
-    return {"reasons": notes, "samples": len(samples), "host_cpus": os.cpu_count(),
-            "foreign_cores_median": foreign_vals[len(foreign_vals) // 2] if foreign_vals else None,
-            "foreign_cores_p90": foreign_vals[int(0.9 * (len(foreign_vals) - 1))] if foreign_vals else None}
+    return {
+        "reasons": notes,
+        "samples": len(samples),
+        "host_cpus": os.cpu_count(),
+        "foreign_cores_median": foreign_vals[len(foreign_vals) // 2] if foreign_vals else None,
+        "foreign_cores_p90": foreign_vals[int(0.9 * (len(foreign_vals) - 1))] if foreign_vals else None,
+    }

@@ -10,8 +10,15 @@ from . import ledger
 from .canonical import sha256_bytes, sha256_file
 from .store import RECORD_KINDS, Store
 
-PREFIX_KIND = {"tgt": "targets", "var": "variants", "exp": "experiments", "bas": "baselines", "evd": "evidence",
-               "inv": "invocations", "sel": "selections"}
+PREFIX_KIND = {
+    "tgt": "targets",
+    "var": "variants",
+    "exp": "experiments",
+    "bas": "baselines",
+    "evd": "evidence",
+    "inv": "invocations",
+    "sel": "selections",
+}
 
 
 def ref_path(store: Store, ref_id: str) -> Path | None:
@@ -47,8 +54,12 @@ def verify_store(store: Store) -> dict[str, Any]:
     checked = {"objects": 0, "records": 0, "invocations": 0, "references": 0}
 
     def bad(path: Path | str, what: str) -> None:
-        problems.append({"path": str(Path(path).relative_to(store.root)) if isinstance(path, Path) else path,
-                         "problem": what})
+        problems.append(
+            {
+                "path": str(Path(path).relative_to(store.root)) if isinstance(path, Path) else path,
+                "problem": what,
+            }
+        )
 
     for p in sorted((store.root / "objects" / "sha256").rglob("*")):
         if not p.is_file():
@@ -103,7 +114,9 @@ def verify_store(store: Store) -> dict[str, Any]:
         bad("champion/current.json", text)
     for p, _ in docs:
         rel = str(p.relative_to(store.root))
-        if p.parent != store.root / "champion" and rel not in ledgered:  # request.json is covered by result.json
+        if (
+            p.parent != store.root / "champion" and rel not in ledgered
+        ):  # request.json is covered by result.json
             bad(p, "not in the ledger (written outside cko, or the ledger was truncated)")
         checked["records"] += 1
         try:

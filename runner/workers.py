@@ -100,10 +100,15 @@ class FreezerService:
     def answer(self, req: CtlRequest) -> CtlReply:
         with self.ready:
             if req.op == "roster":
-                return CtlReply(ok=not self.errors, workers=sorted(self.expected),
-                                error="; ".join(f"{k}: {v}" for k, v in self.errors.items()) or None)
+                return CtlReply(
+                    ok=not self.errors,
+                    workers=sorted(self.expected),
+                    error="; ".join(f"{k}: {v}" for k, v in self.errors.items()) or None,
+                )
             # a worker can say hello before the controller has registered its cgroup: wait for it
-            self.ready.wait_for(lambda: self.errors or set(self.cgroups) == set(self.expected), timeout=START_WAIT_S)
+            self.ready.wait_for(
+                lambda: self.errors or set(self.cgroups) == set(self.expected), timeout=START_WAIT_S
+            )
             if self.errors:
                 return CtlReply(ok=False, error="; ".join(f"{k}: {v}" for k, v in self.errors.items()))
             if set(self.cgroups) != set(self.expected):
@@ -120,10 +125,13 @@ class FreezerService:
                 elif req.op == "freeze_all":
                     for cg in self.cgroups.values():
                         cg.set_frozen(True)
-                return CtlReply(ok=True, workers=sorted(self.cgroups),
-                                usage_ns={n: cg.usage_ns() for n, cg in self.cgroups.items()},
-                                frozen={n: cg.frozen() for n, cg in self.cgroups.items()},
-                                cgroup=next(iter(self.cgroups.values())).kind if self.cgroups else None)
+                return CtlReply(
+                    ok=True,
+                    workers=sorted(self.cgroups),
+                    usage_ns={n: cg.usage_ns() for n, cg in self.cgroups.items()},
+                    frozen={n: cg.frozen() for n, cg in self.cgroups.items()},
+                    cgroup=next(iter(self.cgroups.values())).kind if self.cgroups else None,
+                )
             except (OSError, FreezerError) as exc:
                 return CtlReply(ok=False, error=str(exc))
 
@@ -145,7 +153,9 @@ class FreezerService:
 class StageWorkers:
     """Starts the workers once the supervisor's container runs; removes them (thawed) at the end."""
 
-    def __init__(self, base: sandbox.ContainerSpec, launches: list[WorkerLaunch], ctl: FreezerService) -> None:
+    def __init__(
+        self, base: sandbox.ContainerSpec, launches: list[WorkerLaunch], ctl: FreezerService
+    ) -> None:
         self.base = base
         self.launches = launches
         self.ctl = ctl
@@ -155,10 +165,18 @@ class StageWorkers:
 
     def spec_for(self, w: WorkerLaunch, supervisor_id: str) -> sandbox.ContainerSpec:
         return sandbox.ContainerSpec(
-            image_id=self.base.image_id, command=w.command, mounts=w.mounts, env={**self.base.env, **w.env},
-            user=f"{w.uid}:{w.gid}", workdir=w.workdir, limits=self.base.limits, gpu=self.base.gpu,
+            image_id=self.base.image_id,
+            command=w.command,
+            mounts=w.mounts,
+            env={**self.base.env, **w.env},
+            user=f"{w.uid}:{w.gid}",
+            workdir=w.workdir,
+            limits=self.base.limits,
+            gpu=self.base.gpu,
             labels={**self.base.labels, f"{sandbox.LABEL}.worker": w.subject},
-            timeout_s=self.base.timeout_s, ipc_mode=f"container:{supervisor_id}")
+            timeout_s=self.base.timeout_s,
+            ipc_mode=f"container:{supervisor_id}",
+        )
 
     def start(self, client: Any, supervisor: Any, on_event: Any) -> None:
         for w in self.launches:

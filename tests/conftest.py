@@ -62,11 +62,18 @@ class Result:
         try:
             return json.loads(self.stdout)
         except ValueError as exc:
-            raise AssertionError(f"stdout is not one JSON document: {self.stdout[:500]!r} / {self.stderr[-800:]}") from exc
+            raise AssertionError(
+                f"stdout is not one JSON document: {self.stdout[:500]!r} / {self.stderr[-800:]}"
+            ) from exc
 
 
-def run_cko(*args: str, store: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300,
-            cwd: Path | None = None) -> Result:
+def run_cko(
+    *args: str,
+    store: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    cwd: Path | None = None,
+) -> Result:
     args_l = list(args)
     if store is not None:
         at = args_l.index("--") if "--" in args_l else len(args_l)
@@ -91,8 +98,10 @@ def store(tmp_path: Path) -> Path:
 
 # -- adversarial candidates (issue 10): the CPU suite and the GPU suite share these two steps -------------
 
-def adversarial_target(example: Path, tmp: Path, case: dict, *, pairs: int = 16, warmup: int = 2,
-                       min_effect_pct: float = 15.0) -> dict:
+
+def adversarial_target(
+    example: Path, tmp: Path, case: dict, *, pairs: int = 16, warmup: int = 2, min_effect_pct: float = 15.0
+) -> dict:
     """Freeze a Target of `example` on one small case, with the check share and pairs the suite needs.
 
     check_fraction 0.5 over `pairs` pairs: a candidate right only on the first checked run escapes
@@ -123,6 +132,16 @@ def run_candidate(target: dict, path: Path, name: str) -> tuple[Result, dict]:
     assert v.code == 0, v.stdout
     ereq = target["work"] / f"exp-{name}.json"
     ereq.write_text(json.dumps({"stage": "target", "seed": 5}))
-    r = run_cko("experiment", "--request", str(ereq), "--target", target["id"], "--variant",
-                v.json["variant"]["id"], "--json", store=target["store"], timeout=900)
+    r = run_cko(
+        "experiment",
+        "--request",
+        str(ereq),
+        "--target",
+        target["id"],
+        "--variant",
+        v.json["variant"]["id"],
+        "--json",
+        store=target["store"],
+        timeout=900,
+    )
     return r, r.json

@@ -32,9 +32,22 @@ def build(dest: Path) -> Path:
     digest = hashlib.sha256(trace_native.SOURCE.read_bytes()).hexdigest()
     lib = dest / "trace_scan_asan.so"
     subprocess.run(
-        ["cc", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
-         "-fno-omit-frame-pointer", "-std=c11", "-fPIC", "-shared", f'-DCKO_SOURCE_SHA256="{digest}"',
-         "-o", str(lib), str(trace_native.SOURCE), "-lm"],
+        [
+            "cc",
+            "-O1",
+            "-g",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=undefined",
+            "-fno-omit-frame-pointer",
+            "-std=c11",
+            "-fPIC",
+            "-shared",
+            f'-DCKO_SOURCE_SHA256="{digest}"',
+            "-o",
+            str(lib),
+            str(trace_native.SOURCE),
+            "-lm",
+        ],
         check=True,
     )
     return lib
@@ -75,8 +88,10 @@ def fuzz(lib: Path, mutants: int, seed: int) -> int:
     big = work / "big.json"
     parse_speed.big_trace(big, 1_000_000)
     assert torch_trace.scan_native(big.read_bytes(), torch_trace.DEFAULT_MAX_EVENTS) is not None
-    print(f"{mutants} mutants (seed {seed}): {taken} taken by the scanner, all equal to the reference "
-          "path; the 1M-event trace scanned; no sanitizer report")
+    print(
+        f"{mutants} mutants (seed {seed}): {taken} taken by the scanner, all equal to the reference "
+        "path; the 1M-event trace scanned; no sanitizer report"
+    )
     return 0
 
 
@@ -90,12 +105,27 @@ def main() -> int:
         return fuzz(Path(a.library), a.mutants, a.seed)
     with tempfile.TemporaryDirectory() as tmp:
         lib = build(Path(tmp))
-        runtimes = [subprocess.run(["cc", f"-print-file-name={n}"], capture_output=True, text=True,
-                                   check=True).stdout.strip() for n in ("libasan.so", "libubsan.so")]
+        runtimes = [
+            subprocess.run(
+                ["cc", f"-print-file-name={n}"], capture_output=True, text=True, check=True
+            ).stdout.strip()
+            for n in ("libasan.so", "libubsan.so")
+        ]
         env = dict(os.environ, LD_PRELOAD=":".join(runtimes), ASAN_OPTIONS="detect_leaks=0")
         # leaks: CPython's own allocations at exit drown the report; the scanner frees on every path
-        return subprocess.run([sys.executable, __file__, "--mutants", str(a.mutants), "--seed", str(a.seed),
-                               "--library", str(lib)], env=env).returncode
+        return subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--mutants",
+                str(a.mutants),
+                "--seed",
+                str(a.seed),
+                "--library",
+                str(lib),
+            ],
+            env=env,
+        ).returncode
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ VOIDING = ("failed_accuracy", "integrity_violation")
 def target(tmp_path_factory: pytest.TempPathFactory) -> dict:
     # Large enough (16 MB of float64, ~10-30 ms a softmax) that work hidden outside the window,
     # before it (staging) or after it (fetch, release), stands well above the slack the rules allow.
-    return adversarial_target(EX, tmp_path_factory.mktemp("adv"), {"id": "r512x4096", "params": {"rows": 512, "cols": 4096}})
+    return adversarial_target(
+        EX, tmp_path_factory.mktemp("adv"), {"id": "r512x4096", "params": {"rows": 512, "cols": 4096}}
+    )
 
 
 # What each class of trick must end in. "honest": the candidate's own maths is the original's, the
@@ -27,15 +29,25 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> dict:
 # unaccepted comparison of identical code.
 HONEST = ("below_minimum", "inconclusive", "regressed")
 EXPECTED: dict[str, tuple[str, ...]] = {
-    "cache_by_shape": ("failed_accuracy",), "disk_cache": ("failed_accuracy",), "nan_output": ("failed_accuracy",),
-    "unwritten_output": ("failed_accuracy",), "check_detector": ("failed_accuracy",),
-    "input_overwrite": ("failed_accuracy",), "patched_reference": ("failed_accuracy",),
+    "cache_by_shape": ("failed_accuracy",),
+    "disk_cache": ("failed_accuracy",),
+    "nan_output": ("failed_accuracy",),
+    "unwritten_output": ("failed_accuracy",),
+    "check_detector": ("failed_accuracy",),
+    "input_overwrite": ("failed_accuracy",),
+    "patched_reference": ("failed_accuracy",),
     "shm_snoop": ("failed_accuracy",),
-    "patched_timer": ("integrity_violation",), "forged_time": ("integrity_violation",),
+    "patched_timer": ("integrity_violation",),
+    "forged_time": ("integrity_violation",),
     "deferred_thread": ("failed_accuracy", "integrity_violation", "inconclusive"),
     "precompute_staging": ("integrity_violation", "inconclusive"),
-    "child_process": HONEST, "sabotage_library": HONEST, "detached_loader": HONEST, "exit_hook_result": HONEST,
-    "probe_rewrite": HONEST, "signal_everyone": HONEST, "import_hook_env": HONEST,
+    "child_process": HONEST,
+    "sabotage_library": HONEST,
+    "detached_loader": HONEST,
+    "exit_hook_result": HONEST,
+    "probe_rewrite": HONEST,
+    "signal_everyone": HONEST,
+    "import_hook_env": HONEST,
 }
 
 
@@ -49,7 +61,9 @@ def test_adversarial_candidate_is_never_accepted(target: dict, name: str) -> Non
     assert doc["stage_outcome"] != "accepted" and doc["primary_verdict"] != "accepted", doc
     assert doc["stage_outcome"] in EXPECTED[name], doc
     assert r.code == (1 if doc["stage_outcome"] in VOIDING else 0), doc
-    sel = run_cko("champion", "select", "--experiment", doc["experiment"]["id"], "--json", store=target["store"])
+    sel = run_cko(
+        "champion", "select", "--experiment", doc["experiment"]["id"], "--json", store=target["store"]
+    )
     assert sel.code == 1
     result = measured(target["store"], doc)
     # The freezer held: no worker used CPU while another subject was timed.
@@ -65,12 +79,16 @@ def measured(store, doc: dict) -> dict:
         return json.loads((store / "objects" / "sha256" / h[:2] / h).read_text())
     inv = json.loads((store / "invocations" / exp["invocation"]["id"] / "result.json").read_text())
     out = next(o for o in inv["outputs"] if o["name"] == "result.json")
-    return json.loads((store / "objects" / "sha256" / out["sha256"][:2] / out["sha256"]).read_text())["driver_result"]
+    return json.loads((store / "objects" / "sha256" / out["sha256"][:2] / out["sha256"]).read_text())[
+        "driver_result"
+    ]
 
 
 def test_probe_rewrite_leaves_the_recorded_identity_alone(target: dict, tmp_path) -> None:
     # a snapshot of its own: the parametrized test already ran the formal target stage of the original one
-    (tmp_path / "kernel.py").write_text((ADV / "probe_rewrite" / "kernel.py").read_text() + "\n# identity run\n")
+    (tmp_path / "kernel.py").write_text(
+        (ADV / "probe_rewrite" / "kernel.py").read_text() + "\n# identity run\n"
+    )
     _, doc = run_candidate(target, tmp_path, "probe_rewrite-identity")
     exp = json.loads((target["store"] / "experiments" / f"{doc['experiment']['id']}.json").read_text())
     inv = json.loads((target["store"] / "invocations" / exp["invocation"]["id"] / "result.json").read_text())

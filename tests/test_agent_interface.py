@@ -26,8 +26,15 @@ def _small_example(tmp: Path) -> Path:
     req = json.loads((work / "readiness.json").read_text())
     req["cases"] = [{"id": "r512x2048", "params": {"rows": 512, "cols": 2048}}]
     # a shared 2-core CI host: the ceiling is the whole machine (declared)
-    req["plan"].update({"screen_pairs": 8, "target_pairs": 16, "baseline_samples": 6, "aa_pairs": 8,
-                        "load": {"max_foreign_cpu_share": 1.0}})
+    req["plan"].update(
+        {
+            "screen_pairs": 8,
+            "target_pairs": 16,
+            "baseline_samples": 6,
+            "aa_pairs": 8,
+            "load": {"max_foreign_cpu_share": 1.0},
+        }
+    )
     (work / "readiness.json").write_text(json.dumps(req))
     return work
 
@@ -38,8 +45,12 @@ def _mcp_loop(work: Path, store: Path) -> dict:
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     async def main() -> dict:
-        params = StdioServerParameters(command=sys.executable, args=["-m", "runner", "mcp", "--store", str(store)],
-                                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, cwd=str(ROOT))
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "runner", "mcp", "--store", str(store)],
+            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+            cwd=str(ROOT),
+        )
         out: dict = {}
         async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
             await s.initialize()
@@ -53,15 +64,30 @@ def _mcp_loop(work: Path, store: Path) -> dict:
             assert "target" in (out["readiness"].structured_content or {}), out["readiness"]
             tid = out["readiness"].structured_content["target"]["id"]
             out["baseline"] = await s.call_tool("baseline", {"request": {"seed": 1}, "target": tid})
-            out["variant"] = await s.call_tool("variant", {"request": json.loads((work / "variant.json").read_text()),
-                                                           "request_dir": str(work), "target": tid})
+            out["variant"] = await s.call_tool(
+                "variant",
+                {
+                    "request": json.loads((work / "variant.json").read_text()),
+                    "request_dir": str(work),
+                    "target": tid,
+                },
+            )
             vid = out["variant"].structured_content["variant"]["id"]
-            out["experiment"] = await s.call_tool("experiment", {
-                "request": {"stage": "screen", "seed": 3, "hypothesis": "one buffer: fewer passes",
-                            "mechanism_key": "memory.temporaries",
-                            "cheapest_falsifier": {"why_none": "the screen is the cheapest check"},
-                            "estimated_cost": {"p50_s": 20, "p90_s": 60, "gpus": 0}},
-                "target": tid, "variant": vid})
+            out["experiment"] = await s.call_tool(
+                "experiment",
+                {
+                    "request": {
+                        "stage": "screen",
+                        "seed": 3,
+                        "hypothesis": "one buffer: fewer passes",
+                        "mechanism_key": "memory.temporaries",
+                        "cheapest_falsifier": {"why_none": "the screen is the cheapest check"},
+                        "estimated_cost": {"p50_s": 20, "p90_s": 60, "gpus": 0},
+                    },
+                    "target": tid,
+                    "variant": vid,
+                },
+            )
             out["tid"], out["vid"] = tid, vid
         return out
 
@@ -80,7 +106,9 @@ def agent_loop(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_mcp_session_lists_tools_and_runs_the_loop(agent_loop: dict) -> None:
     tools = agent_loop["tools"]
-    assert {"readiness", "baseline", "variant", "experiment", "status", "champion_select", "audit"} <= set(tools)
+    assert {"readiness", "baseline", "variant", "experiment", "status", "champion_select", "audit"} <= set(
+        tools
+    )
     exp_schema = tools["experiment"].input_schema
     assert exp_schema["properties"]["request"]["properties"]["stage"]["enum"] == ["screen", "target", "audit"]
     for name in ("readiness", "baseline", "variant"):
@@ -94,8 +122,11 @@ def test_mcp_session_lists_tools_and_runs_the_loop(agent_loop: dict) -> None:
     assert agent_loop["experiment"].is_error is (exp["exit_code"] != 0)
     assert exp["stage"] == "screen"
     assert exp["mechanism_key"] == "memory.temporaries" and exp["cost"]["estimated"]["p90_s"] == 60
-    assert exp["cost"]["actual"]["seconds"] > 0 and exp["cost"]["vs_estimate"] in ("within p50", "within p90",
-                                                                                    "beyond p90")
+    assert exp["cost"]["actual"]["seconds"] > 0 and exp["cost"]["vs_estimate"] in (
+        "within p50",
+        "within p90",
+        "beyond p90",
+    )
     rec = json.loads((agent_loop["store"] / "experiments" / f"{exp['experiment']['id']}.json").read_text())
     assert rec["hypothesis"] == "one buffer: fewer passes" and rec["cheapest_falsifier"]["why_none"]
 
@@ -104,20 +135,54 @@ def test_detached_experiment_answers_at_once_and_records_per_look_events(agent_l
     work, store = agent_loop["work"], agent_loop["store"]
     # a fresh snapshot of the same change, so this target stage does not hang on the screen's outcome
     (work / "candidate2").mkdir()
-    (work / "candidate2" / "kernel.py").write_text((work / "candidate" / "kernel.py").read_text() + "\n# v2\n")
-    (work / "variant2.json").write_text(json.dumps({"path": "candidate2", "claim": "same change, new snapshot"}))
-    v2 = run_cko("variant", "--request", str(work / "variant2.json"), "--target", agent_loop["tid"], "--json",
-                 store=store)
+    (work / "candidate2" / "kernel.py").write_text(
+        (work / "candidate" / "kernel.py").read_text() + "\n# v2\n"
+    )
+    (work / "variant2.json").write_text(
+        json.dumps({"path": "candidate2", "claim": "same change, new snapshot"})
+    )
+    v2 = run_cko(
+        "variant",
+        "--request",
+        str(work / "variant2.json"),
+        "--target",
+        agent_loop["tid"],
+        "--json",
+        store=store,
+    )
     assert v2.code == 0, v2.stdout
     req = work / "target-seq.json"
-    req.write_text(json.dumps({"stage": "target", "seed": 12, "sequential": True,
-                               "cheapest_falsifier": {"tried": "screen", "result": agent_loop["experiment"]
-                                                      .structured_content["experiment"]["id"]}}))
-    d = run_cko("experiment", "--request", str(req), "--target", agent_loop["tid"], "--variant",
-                v2.json["variant"]["id"], "--detach", "--json", store=store, timeout=60)
+    req.write_text(
+        json.dumps(
+            {
+                "stage": "target",
+                "seed": 12,
+                "sequential": True,
+                "cheapest_falsifier": {
+                    "tried": "screen",
+                    "result": agent_loop["experiment"].structured_content["experiment"]["id"],
+                },
+            }
+        )
+    )
+    d = run_cko(
+        "experiment",
+        "--request",
+        str(req),
+        "--target",
+        agent_loop["tid"],
+        "--variant",
+        v2.json["variant"]["id"],
+        "--detach",
+        "--json",
+        store=store,
+        timeout=60,
+    )
     assert d.code == 0 and d.json["invocation_id"].startswith("op-") and d.json["schema"] == "detached-result"
     assert_valid(d.json, 0)
-    w = run_cko("status", d.json["invocation_id"], "--wait", "--timeout", "900", "--json", store=store, timeout=960)
+    w = run_cko(
+        "status", d.json["invocation_id"], "--wait", "--timeout", "900", "--json", store=store, timeout=960
+    )
     assert_valid(w.json)
     op = w.json["operation"]
     assert op["state"] in ("succeeded", "failed") and w.code == op["exit_code"], op
@@ -128,7 +193,9 @@ def test_detached_experiment_answers_at_once_and_records_per_look_events(agent_l
     if op["result"]["stage_outcome"] not in ("integrity_violation", "failed_run"):
         look = next(e for e in w.json["events"] if e["event"] == "look")  # each look's running estimate
         assert look["pairs_done"] >= 10 and look["pairs_planned"] == 16 and look["cases"][0]["case_verdict"]
-        assert {"effect_pct", "ci_low_pct", "ci_high_pct", "pairs"} <= set(look["cases"][0])  # None below a look
+        assert {"effect_pct", "ci_low_pct", "ci_high_pct", "pairs"} <= set(
+            look["cases"][0]
+        )  # None below a look
     assert op["result"]["cheapest_falsifier"]["result_ref"]["kind"] == "experiment"
     ls = run_cko("ls", "--kind", "operations", "--kind", "experiments", "--json", store=store)
     assert_valid(ls.json, 0)
@@ -142,9 +209,26 @@ def test_ci_exports_junit_and_fail_on(agent_loop: dict) -> None:
     req = work / "screen-ci.json"
     req.write_text(json.dumps({"stage": "screen", "seed": 21}))
     ej, em, ju = tmp / "e.json", tmp / "e.md", tmp / "e.xml"
-    r = run_cko("experiment", "--request", str(req), "--target", agent_loop["tid"], "--variant", agent_loop["vid"],
-                "--export-json", str(ej), "--export-markdown", str(em), "--junit", str(ju),
-                "--fail-on", "promising,open,rejected,integrity_violation", "--json", store=store, timeout=900)
+    r = run_cko(
+        "experiment",
+        "--request",
+        str(req),
+        "--target",
+        agent_loop["tid"],
+        "--variant",
+        agent_loop["vid"],
+        "--export-json",
+        str(ej),
+        "--export-markdown",
+        str(em),
+        "--junit",
+        str(ju),
+        "--fail-on",
+        "promising,open,rejected,integrity_violation",
+        "--json",
+        store=store,
+        timeout=900,
+    )
     assert_valid(r.json)
     assert r.code == 1 and r.json["fail_on"]["matched"] == [r.json["stage_outcome"]]  # opt-in nonzero exit
     rows = json.loads(ej.read_text())["results"]
@@ -153,9 +237,20 @@ def test_ci_exports_junit_and_fail_on(agent_loop: dict) -> None:
     assert "| case | reference median [ms]" in em.read_text()
     suite = ET.parse(ju).getroot()
     cases = suite.findall("testcase")
-    assert len(cases) == max(1, len(rows)) and float(suite.get("time")) > 0 and float(cases[0].get("time")) > 0
-    bad = run_cko("experiment", "--request", str(req), "--target", agent_loop["tid"], "--fail-on", "nope", "--json",
-                  store=store)
+    assert (
+        len(cases) == max(1, len(rows)) and float(suite.get("time")) > 0 and float(cases[0].get("time")) > 0
+    )
+    bad = run_cko(
+        "experiment",
+        "--request",
+        str(req),
+        "--target",
+        agent_loop["tid"],
+        "--fail-on",
+        "nope",
+        "--json",
+        store=store,
+    )
     assert bad.code == 2 and bad.json["field"] == "fail_on"
 
 
@@ -166,17 +261,42 @@ def test_html_report_renders_in_headless_chromium(agent_loop: dict) -> None:
     assert r.code == 0
     assert_valid(r.json, 0)
     html = page.read_text()
-    for must in ("Summary", "ratio", "stage outcome", "case verdict", agent_loop["vid"], "memory.temporaries",
-                 "minimum effect", "A/A resolution", "Candidates and their stages", "<svg"):
+    for must in (
+        "Summary",
+        "ratio",
+        "stage outcome",
+        "case verdict",
+        agent_loop["vid"],
+        "memory.temporaries",
+        "minimum effect",
+        "A/A resolution",
+        "Candidates and their stages",
+        "<svg",
+    ):
         assert must in html, must
-    assert "<script" not in html and 'src="http' not in html and "href=\"http" not in html  # self-contained
+    assert "<script" not in html and 'src="http' not in html and 'href="http' not in html  # self-contained
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
-        pytest.skip("chromium is not installed (apt-get install chromium): the screenshot half is not checked")
+        pytest.skip(
+            "chromium is not installed (apt-get install chromium): the screenshot half is not checked"
+        )
     shot = tmp / "report.png"
-    p = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
-                        f"--screenshot={shot}", "--window-size=1280,2400", page.as_uri()],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--screenshot={shot}",
+            "--window-size=1280,2400",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shot.is_file(), p.stderr[-2000:]
     console = [ln for ln in p.stderr.splitlines() if "CONSOLE" in ln or "Failed to load resource" in ln]
     assert not console, console

@@ -68,8 +68,14 @@ def test_post_window_cpu_bound_against_the_other_subject() -> None:
 
 def test_codec_round_trip_keeps_structure_and_values(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
-    value = {"x": rng.standard_normal((7, 5)), "n": 3, "eps": 1e-5, "name": "c", "none": None,
-             "pair": (np.arange(4, dtype=np.int32), [np.float32(2.5), True])}
+    value = {
+        "x": rng.standard_normal((7, 5)),
+        "n": 3,
+        "eps": 1e-5,
+        "name": "c",
+        "none": None,
+        "pair": (np.arange(4, dtype=np.int32), [np.float32(2.5), True]),
+    }
     codec.encode(value, tmp_path)
     back = codec.decode(tmp_path, max_bytes=1 << 20)
     assert back["n"] == 3 and back["eps"] == 1e-5 and back["name"] == "c" and back["none"] is None
@@ -98,13 +104,16 @@ def _manifest(tmp_path: Path, root: object) -> None:
     (tmp_path / "manifest.json").write_text(json.dumps({"root": root}))
 
 
-@pytest.mark.parametrize("node,why", [
-    ({"a": "../../etc/passwd", "dtype": "<f8", "shape": [1]}, "refused"),
-    ({"a": "a0001.npy", "dtype": "|O", "shape": [1]}, "refused"),
-    ({"a": "a0001.npy", "dtype": "<f8", "shape": [1000, 1000]}, "does not hold"),
-    ({"a": "a0001.npy", "dtype": "<f8", "shape": [-1]}, "negative"),
-    ({"x": 1}, "malformed"),
-])
+@pytest.mark.parametrize(
+    "node,why",
+    [
+        ({"a": "../../etc/passwd", "dtype": "<f8", "shape": [1]}, "refused"),
+        ({"a": "a0001.npy", "dtype": "|O", "shape": [1]}, "refused"),
+        ({"a": "a0001.npy", "dtype": "<f8", "shape": [1000, 1000]}, "does not hold"),
+        ({"a": "a0001.npy", "dtype": "<f8", "shape": [-1]}, "negative"),
+        ({"x": 1}, "malformed"),
+    ],
+)
 def test_codec_refuses_hostile_manifests(tmp_path: Path, node: dict, why: str) -> None:
     np.save(tmp_path / "a0001.npy", np.zeros(4))
     _manifest(tmp_path, node)
@@ -157,10 +166,12 @@ def test_freezer_stops_a_containers_whole_tree_detached_children_included() -> N
     from runner.freezer import Cgroup
 
     client = images.docker_client()
-    spec = sandbox.ContainerSpec(image_id=images.resolve("cpu", client).image_id,
-                                 command=["/opt/cko/bin/python", "-c", BURN_WITH_DETACHED_CHILD],
-                                 limits=sandbox.default_limits().model_copy(update={"memory_bytes": 256 << 20, "pids": 64}),
-                                 labels={f"{sandbox.LABEL}.test": "freezer"})
+    spec = sandbox.ContainerSpec(
+        image_id=images.resolve("cpu", client).image_id,
+        command=["/opt/cko/bin/python", "-c", BURN_WITH_DETACHED_CHILD],
+        limits=sandbox.default_limits().model_copy(update={"memory_bytes": 256 << 20, "pids": 64}),
+        labels={f"{sandbox.LABEL}.test": "freezer"},
+    )
     c = client.containers.create(**sandbox.container_kwargs(spec))
     try:
         c.start()

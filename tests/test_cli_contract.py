@@ -37,8 +37,12 @@ def assert_valid(doc: dict, expect_code: int | None = None) -> None:
 
 
 def test_usage_errors_keep_the_json_contract() -> None:
-    for args, field in ((["readiness", "--json", "--bogus"], None), (["experiment", "--json"], "request"),
-                        (["nosuch", "--json"], None), (["ls", "--kind", "nope", "--json"], "kinds")):
+    for args, field in (
+        (["readiness", "--json", "--bogus"], None),
+        (["experiment", "--json"], "request"),
+        (["nosuch", "--json"], None),
+        (["ls", "--kind", "nope", "--json"], "kinds"),
+    ):
         r = run_cko(*args)
         assert r.code == 2, (args, r.stdout, r.stderr)
         assert r.json["error"] in ("usage", "bad_request") and r.json["ok"] is False
@@ -57,11 +61,13 @@ def test_fleet_combine_with_a_bad_list_is_a_bad_request_not_a_traceback(tmp_path
 
 def test_an_internal_error_becomes_a_json_document(tmp_path: Path) -> None:
     # The real handler on a real crash: the verify body is replaced by one that raises.
-    code = ("import runner.commands.store_cmd as m\n"
-            "def boom(st):\n    raise RuntimeError('simulated bug')\n"
-            "m.verify_store = boom\n"
-            "from runner.cli import main\n"
-            f"main(['verify', '--json', '--store', {str(tmp_path)!r}])\n")
+    code = (
+        "import runner.commands.store_cmd as m\n"
+        "def boom(st):\n    raise RuntimeError('simulated bug')\n"
+        "m.verify_store = boom\n"
+        "from runner.cli import main\n"
+        f"main(['verify', '--json', '--store', {str(tmp_path)!r}])\n"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60)
     doc = json.loads(p.stdout)
     assert p.returncode == 1 and doc["error"] == "internal" and "simulated bug" in doc["message"]
@@ -77,8 +83,14 @@ def test_ctrl_c_exits_130_with_a_json_document(tmp_path: Path) -> None:
     (op / "argv.json").write_text(json.dumps({"argv": ["audit", "--json"], "cwd": str(tmp_path)}))
     (op / "events.jsonl").write_text("")
     (op / "launcher.pid").write_text(str(os.getpid()))  # alive: the operation looks running forever
-    p = subprocess.Popen([*CKO, "status", op.name, "--wait", "--json", "--store", str(store)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+    p = subprocess.Popen(
+        [*CKO, "status", op.name, "--wait", "--json", "--store", str(store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+    )
     time.sleep(3)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=30)
@@ -98,14 +110,29 @@ def test_the_catalogue_names_schemas_and_exit_codes_for_every_command() -> None:
     r = run_cko("commands", "--json")
     assert_valid(r.json, 0)
     cat = {c["name"]: c for c in r.json["commands"]}
-    for name in ("readiness", "baseline", "variant", "experiment", "audit", "status", "ls", "stop", "report",
-                 "champion select", "stats compare", "schema", "commands"):
+    for name in (
+        "readiness",
+        "baseline",
+        "variant",
+        "experiment",
+        "audit",
+        "status",
+        "ls",
+        "stop",
+        "report",
+        "champion select",
+        "stats compare",
+        "schema",
+        "commands",
+    ):
         assert cat[name]["result_schema"], name
         assert {"0", "2"} <= set(cat[name]["exit_codes"])
     assert cat["experiment"]["request_schema"] == "experiment-request"
     assert {n for n, c in cat.items() if c["detachable"]} == {"readiness", "baseline", "experiment", "audit"}
     names = set(run_cko("schema", "--json").json["schemas"])
-    missing = [c["result_schema"] for c in cat.values() if c["result_schema"] and c["result_schema"] not in names]
+    missing = [
+        c["result_schema"] for c in cat.values() if c["result_schema"] and c["result_schema"] not in names
+    ]
     assert not missing and all(c["result_schema"] for n, c in cat.items() if n != "mcp")
 
 
@@ -116,12 +143,26 @@ def test_commands_that_need_no_container_validate_against_their_schemas(tmp_path
     ref.write_text(json.dumps([10.0, 10.2, 9.9, 10.1, 10.0, 10.3, 9.8, 10.1]))
     cand.write_text(json.dumps([9.0, 9.1, 8.9, 9.2, 9.0, 9.1, 8.8, 9.0]))
     runs = [
-        run_cko("stats", "compare", "--reference", str(ref), "--candidate", str(cand), "--direction", "lower",
-                "--min-effect", "5", "--json"),
-        run_cko("ls", "--json", store=store), run_cko("verify", "--json", store=store),
-        run_cko("report", "--json", store=store), run_cko("champion", "show", "--json", store=store),
+        run_cko(
+            "stats",
+            "compare",
+            "--reference",
+            str(ref),
+            "--candidate",
+            str(cand),
+            "--direction",
+            "lower",
+            "--min-effect",
+            "5",
+            "--json",
+        ),
+        run_cko("ls", "--json", store=store),
+        run_cko("verify", "--json", store=store),
+        run_cko("report", "--json", store=store),
+        run_cko("champion", "show", "--json", store=store),
         run_cko("stop", "--reason", "budget spent", "--json", store=store),
-        run_cko("knowledge", "lint", "--json"), run_cko("schema", "target", "--json"),
+        run_cko("knowledge", "lint", "--json"),
+        run_cko("schema", "target", "--json"),
         run_cko("images", "list", "--json"),
     ]
     for r in runs:
@@ -138,11 +179,16 @@ def test_commands_that_need_no_container_validate_against_their_schemas(tmp_path
 def test_stop_records_an_immutable_termination_and_the_handoff_cites_it(tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()
-    s = run_cko("stop", "--reason", "gains under [items/s] resolution", "--by", "agent-7", "--json", store=store)
+    s = run_cko(
+        "stop", "--reason", "gains under [items/s] resolution", "--by", "agent-7", "--json", store=store
+    )
     assert s.code == 0 and s.json["termination"]["id"].startswith("stp-")
     rec = store / "terminations" / f"{s.json['termination']['id']}.json"
     assert json.loads(rec.read_text())["reason"] == "gains under [items/s] resolution"
-    assert any(e["path"] == f"terminations/{rec.name}" for e in map(json.loads, (store / "ledger.jsonl").read_text().splitlines()))
+    assert any(
+        e["path"] == f"terminations/{rec.name}"
+        for e in map(json.loads, (store / "ledger.jsonl").read_text().splitlines())
+    )
     assert run_cko("verify", "--json", store=store).json["ok"] is True
     rec.write_text(rec.read_text().replace("agent-7", "agent-8"))
     assert run_cko("verify", "--json", store=store).code == 1  # the ledger catches an edited termination
@@ -173,9 +219,25 @@ def test_demo_uses_the_given_store_even_when_cko_store_names_it(tmp_path: Path) 
 
 
 def test_request_from_stdin_is_read_and_validated(tmp_path: Path) -> None:
-    p = subprocess.run([*CKO, "variant", "--request", "-", "--target", "tgt-20250101T000000-abcdef01", "--json",
-                        "--store", str(tmp_path / "s")], input='{"path": "x"}', capture_output=True, text=True,
-                       env=ENV, cwd=ROOT, timeout=60)
+    p = subprocess.run(
+        [
+            *CKO,
+            "variant",
+            "--request",
+            "-",
+            "--target",
+            "tgt-20250101T000000-abcdef01",
+            "--json",
+            "--store",
+            str(tmp_path / "s"),
+        ],
+        input='{"path": "x"}',
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+        timeout=60,
+    )
     doc = Result(p).json
     assert p.returncode == 2 and doc["error"] == "invalid_request" and doc["field"] == "claim"
     assert_valid(doc, 2)

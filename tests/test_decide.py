@@ -30,21 +30,48 @@ def _series(subject: str, case: str, values: dict[str, list[float]], acc: Accura
     return Series(subject=subject, case=case, reps=list(range(n)), samples=values, accuracy=acc)
 
 
-def result(ref: dict[str, list[float]], cand: dict[str, list[float]], cases: tuple[str, ...] = ("c",),
-           cand_acc: Accuracy = OK, integrity: list[str] | None = None) -> DriverResult:
+def result(
+    ref: dict[str, list[float]],
+    cand: dict[str, list[float]],
+    cases: tuple[str, ...] = ("c",),
+    cand_acc: Accuracy = OK,
+    integrity: list[str] | None = None,
+) -> DriverResult:
     series = []
     for c in cases:
         series += [_series("reference", c, ref), _series("candidate", c, cand, cand_acc)]
-    return DriverResult(protocol="cko/driver-v1", mode="measure", series=series, integrity=integrity or [],
-                        units={m: "ms" for m in ref})
+    return DriverResult(
+        protocol="cko/driver-v1",
+        mode="measure",
+        series=series,
+        integrity=integrity or [],
+        units={m: "ms" for m in ref},
+    )
 
 
-def plan(stats: StatsPlan, stage: str = "target", min_effect: float = 5.0, constraints: list[Constraint] | None = None,
-         sequential_looks: list[int] | None = None, seed: int = 0, **kw: object) -> DecidePlan:
+def plan(
+    stats: StatsPlan,
+    stage: str = "target",
+    min_effect: float = 5.0,
+    constraints: list[Constraint] | None = None,
+    sequential_looks: list[int] | None = None,
+    seed: int = 0,
+    **kw: object,
+) -> DecidePlan:
     seq = sequential_plan(sequential_looks, confidence=stats.confidence) if sequential_looks else None
-    return DecidePlan(stage=stage, objective=Objective(primary=TIME, min_effect_pct=min_effect,  # type: ignore[arg-type]
-                                                       constraints=constraints or []),
-                      stats=stats, seed=seed, sequential=seq, ceiling=stats.load, **kw)  # type: ignore[arg-type]
+    return DecidePlan(
+        stage=stage,
+        objective=Objective(
+            primary=TIME,
+            min_effect_pct=min_effect,  # type: ignore[arg-type]
+            constraints=constraints or [],
+        ),
+        stats=stats,
+        seed=seed,
+        sequential=seq,
+        ceiling=stats.load,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def example_plans() -> list[tuple[str, StatsPlan, str, int, list[int] | None, float]]:
@@ -72,19 +99,26 @@ def aa_samples(rng: np.random.Generator, n: int) -> tuple[list[float], list[floa
 SEEDS = 200
 
 
-@pytest.mark.parametrize("name,sp,stage,pairs,looks,m", example_plans(), ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize(
+    "name,sp,stage,pairs,looks,m", example_plans(), ids=lambda x: x if isinstance(x, str) else ""
+)
 def test_aa_false_accepts_at_most_5_percent(name, sp, stage, pairs, looks, m) -> None:
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     accepted = {m: 0, 0.001: 0}  # the example's minimum, and the worst case: any gain at all
     for seed in range(SEEDS):
         ref, cand = aa_samples(rng, pairs)
         for me in accepted if looks else [m]:
-            d = decide(result({"time": ref}, {"time": cand}), plan(sp, stage, me, sequential_looks=looks, seed=seed),
-                       Telemetry())
+            d = decide(
+                result({"time": ref}, {"time": cand}),
+                plan(sp, stage, me, sequential_looks=looks, seed=seed),
+                Telemetry(),
+            )
             assert d.stage_outcome != "accepted" or stage != "screen"
             accepted[me] += d.stage_outcome == "accepted"
             if not looks:  # one interval per case answers both minimums
-                accepted[0.001] += stage != "screen" and all(c.primary["ci_low_pct"] >= 0.001 for c in d.cases)
+                accepted[0.001] += stage != "screen" and all(
+                    c.primary["ci_low_pct"] >= 0.001 for c in d.cases
+                )
     rates = {me: k / SEEDS for me, k in accepted.items()}
     print(f"A/A false accepts {name}: {rates}")
     # binomial noise: 5% over 200 runs has s.e. 1.5%; the rule's own rate is at most 2.5% (one side)
@@ -96,8 +130,11 @@ def test_true_gain_is_accepted_on_a_shared_but_balanced_host() -> None:
     sp = StatsPlan(target_pairs=20)
     ref = list(10 * np.exp(rng.normal(0, 0.05, 20)))
     cand = [r / 1.3 * math.exp(rng.normal(0, 0.02)) for r in ref]
-    load = [SampleLoad(subject=s, case="c", rep=i, foreign_cpu_cores=float(x))
-            for s in ("reference", "candidate") for i, x in enumerate(rng.uniform(0.5, 1.2, 20))]
+    load = [
+        SampleLoad(subject=s, case="c", rep=i, foreign_cpu_cores=float(x))
+        for s in ("reference", "candidate")
+        for i, x in enumerate(rng.uniform(0.5, 1.2, 20))
+    ]
     d = decide(result({"time": ref}, {"time": cand}), plan(sp), Telemetry(host_cpus=2, samples=load))
     assert d.stage_outcome == "accepted", d.reasons
     assert d.load[0].basis == "per_sample" and d.load[0].level is not None and d.load[0].level > 0.25
@@ -106,8 +143,13 @@ def test_true_gain_is_accepted_on_a_shared_but_balanced_host() -> None:
 def _loaded(rng: np.random.Generator, n: int, shift: float) -> list[SampleLoad]:
     ref = rng.uniform(0.0, 0.8, n)
     cand = rng.uniform(0.0, 0.8, n) + shift
-    return ([SampleLoad(subject="reference", case="c", rep=i, foreign_cpu_cores=float(x)) for i, x in enumerate(ref)]
-            + [SampleLoad(subject="candidate", case="c", rep=i, foreign_cpu_cores=float(x)) for i, x in enumerate(cand)])
+    return [
+        SampleLoad(subject="reference", case="c", rep=i, foreign_cpu_cores=float(x))
+        for i, x in enumerate(ref)
+    ] + [
+        SampleLoad(subject="candidate", case="c", rep=i, foreign_cpu_cores=float(x))
+        for i, x in enumerate(cand)
+    ]
 
 
 def test_unbalanced_load_is_caught_and_balanced_load_is_not() -> None:
@@ -130,8 +172,14 @@ def test_load_above_the_ceiling_voids_per_sample_and_per_window() -> None:
     ref, cand = aa_samples(rng, 20)
     r = result({"time": ref}, {"time": cand})
     sp = StatsPlan(target_pairs=20, load=LoadCeiling(max_foreign_cpu_share=0.5))
-    heavy = Telemetry(host_cpus=2, samples=[SampleLoad(subject=s, case="c", rep=i, foreign_cpu_cores=1.5)
-                                            for s in ("reference", "candidate") for i in range(20)])
+    heavy = Telemetry(
+        host_cpus=2,
+        samples=[
+            SampleLoad(subject=s, case="c", rep=i, foreign_cpu_cores=1.5)
+            for s in ("reference", "candidate")
+            for i in range(20)
+        ],
+    )
     d = decide(r, plan(sp), heavy)
     assert d.stage_outcome == "void" and "load_above_ceiling:cpu" in d.codes
     window = Telemetry(host_cpus=2, windows=[WindowLoad(host_cpus=2, foreign_cpu_cores_median=1.5)])
@@ -150,20 +198,34 @@ def test_outcome_is_primary_and_constraints() -> None:
     fast = [x / 4 for x in ref_t]  # +300% throughput-like gain on the primary
     ref_p = list(5 * np.exp(rng.normal(0, 0.03, 20)))
     cons = [Constraint(metric=P99, max_regression_pct=10)]
-    bad_p99 = decide(result({"time": ref_t, "p99": ref_p}, {"time": fast, "p99": [x * 8 for x in ref_p]}),
-                     plan(sp, constraints=cons), Telemetry())
+    bad_p99 = decide(
+        result({"time": ref_t, "p99": ref_p}, {"time": fast, "p99": [x * 8 for x in ref_p]}),
+        plan(sp, constraints=cons),
+        Telemetry(),
+    )
     assert bad_p99.primary_verdict == "accepted"
     assert bad_p99.stage_outcome == "constraint_violated" and bad_p99.blocking_constraints == ["p99"]
     assert "constraint_violated" in bad_p99.codes
     noisy = [x * math.exp(rng.normal(0.05, 0.3)) for x in ref_p]
-    und = decide(result({"time": ref_t, "p99": ref_p}, {"time": fast, "p99": noisy}), plan(sp, constraints=cons),
-                 Telemetry())
-    assert und.constraint_verdicts == {"p99": "inconclusive"} and und.stage_outcome == "constraint_inconclusive"
-    good = decide(result({"time": ref_t, "p99": ref_p}, {"time": fast, "p99": ref_p}), plan(sp, constraints=cons),
-                  Telemetry())
+    und = decide(
+        result({"time": ref_t, "p99": ref_p}, {"time": fast, "p99": noisy}),
+        plan(sp, constraints=cons),
+        Telemetry(),
+    )
+    assert (
+        und.constraint_verdicts == {"p99": "inconclusive"} and und.stage_outcome == "constraint_inconclusive"
+    )
+    good = decide(
+        result({"time": ref_t, "p99": ref_p}, {"time": fast, "p99": ref_p}),
+        plan(sp, constraints=cons),
+        Telemetry(),
+    )
     assert good.stage_outcome == "accepted" and good.constraint_verdicts == {"p99": "ok"}
-    screen = decide(result({"time": ref_t, "p99": ref_p}, {"time": fast, "p99": [x * 8 for x in ref_p]}),
-                    plan(sp, stage="screen", constraints=cons), Telemetry())
+    screen = decide(
+        result({"time": ref_t, "p99": ref_p}, {"time": fast, "p99": [x * 8 for x in ref_p]}),
+        plan(sp, stage="screen", constraints=cons),
+        Telemetry(),
+    )
     assert screen.stage_outcome == "rejected" and screen.blocking_constraints == ["p99"]
 
 
@@ -171,13 +233,21 @@ def test_failures_void_the_samples_and_are_coded() -> None:
     sp = StatsPlan()
     ref = [10.0, 11.0, 10.5, 10.2, 10.1, 10.3, 10.4, 10.6]
     wrong = Accuracy(passed=False, checks=1, detail="rel_l2 0.5 > 1e-9")
-    assert decide(result({"time": ref}, {"time": ref}, cand_acc=wrong), plan(sp), Telemetry()).codes == ["accuracy_failed"]
+    assert decide(result({"time": ref}, {"time": ref}, cand_acc=wrong), plan(sp), Telemetry()).codes == [
+        "accuracy_failed"
+    ]
     loose = Accuracy(passed=True, checks=1, worst_rel_l2=1e-3)
-    gated = decide(result({"time": ref}, {"time": ref}, cand_acc=loose),
-                   plan(sp, gates=[Gate(name="tight", rel_l2=1e-6)]), Telemetry())
+    gated = decide(
+        result({"time": ref}, {"time": ref}, cand_acc=loose),
+        plan(sp, gates=[Gate(name="tight", rel_l2=1e-6)]),
+        Telemetry(),
+    )
     assert gated.stage_outcome == "failed_accuracy" and gated.codes == ["gate_failed"]
-    integ = decide(result({"time": ref}, {"time": ref}, integrity=["subject wrote outside its windows"]), plan(sp),
-                   Telemetry())
+    integ = decide(
+        result({"time": ref}, {"time": ref}, integrity=["subject wrote outside its windows"]),
+        plan(sp),
+        Telemetry(),
+    )
     assert integ.stage_outcome == "integrity_violation" and integ.stage_outcome in VOID_OUTCOMES
     failed = decide(None, plan(sp), Telemetry())
     assert failed.stage_outcome == "failed_run" and failed.primary_verdict == "void"
@@ -188,8 +258,11 @@ def test_failures_void_the_samples_and_are_coded() -> None:
 def test_decide_is_pure_and_repeatable() -> None:
     rng = np.random.default_rng(11)
     ref, cand = aa_samples(rng, 20)
-    args = (result({"time": ref}, {"time": cand}, cases=("a", "b")), plan(StatsPlan(), seed=4),
-            Telemetry(host_cpus=2, samples=_loaded(rng, 20, 0.0)))
+    args = (
+        result({"time": ref}, {"time": cand}, cases=("a", "b")),
+        plan(StatsPlan(), seed=4),
+        Telemetry(host_cpus=2, samples=_loaded(rng, 20, 0.0)),
+    )
     first = decide(*args)
     assert decide(*args) == first and len(first.cases) == 2
     back = type(first).model_validate_json(first.model_dump_json())
@@ -199,8 +272,12 @@ def test_decide_is_pure_and_repeatable() -> None:
 def test_every_case_must_accept_and_a_case_verdict_is_not_the_stage_outcome() -> None:
     rng = np.random.default_rng(2)
     ref = list(10 * np.exp(rng.normal(0, 0.02, 20)))
-    series = [_series("reference", "fast", {"time": ref}), _series("candidate", "fast", {"time": [x / 1.5 for x in ref]}),
-              _series("reference", "same", {"time": ref}), _series("candidate", "same", {"time": ref})]
+    series = [
+        _series("reference", "fast", {"time": ref}),
+        _series("candidate", "fast", {"time": [x / 1.5 for x in ref]}),
+        _series("reference", "same", {"time": ref}),
+        _series("candidate", "same", {"time": ref}),
+    ]
     r = DriverResult(protocol="cko/driver-v1", mode="measure", series=series, units={"time": "ms"})
     d = decide(r, plan(StatsPlan()), Telemetry())
     verdicts = {c.case: c.primary["verdict"] for c in d.cases}

@@ -1165,8 +1165,14 @@ def test_cli_parse_stopped_at_its_memory_limit_says_so(tmp_path):
     q = _cko("profile", "torch", "--report", str(TRACE), "--memory", "lots", store=store)
     assert q.returncode == 2 and json.loads(q.stdout)["field"] == "memory"
     assert len(list((store / "invocations").iterdir())) == 2
-    v = subprocess.run([sys.executable, "-m", "runner", "verify", "--json"], capture_output=True, text=True,
-                       cwd=ROOT, env=dict(os.environ, CKO_STORE=str(store)), timeout=300)
+    v = subprocess.run(
+        [sys.executable, "-m", "runner", "verify", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, CKO_STORE=str(store)),
+        timeout=300,
+    )
     assert json.loads(v.stdout)["ok"] is True, v.stdout
 
 

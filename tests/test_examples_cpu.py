@@ -307,8 +307,15 @@ GPU_ADV = Path(__file__).resolve().parent / "adversarial" / "gpu"
 def _drive_adversarial(name: str, tmp_path: Path, device: str = "cpu", rows: int = 32, cols: int = 256):
     """Original vs the named candidate, 12 reps each, every timed output checked; (result, {subject: series})."""
     d = _driver(LAYERNORM)
-    req = _request({"original": LAYERNORM, "candidate": GPU_ADV / name}, {"c": {"rows": rows, "cols": cols}},
-                   tmp_path, rel_l2=1e-2, entry="kernel.py", reps=12, device=device)
+    req = _request(
+        {"original": LAYERNORM, "candidate": GPU_ADV / name},
+        {"c": {"rows": rows, "cols": cols}},
+        tmp_path,
+        rel_l2=1e-2,
+        entry="kernel.py",
+        reps=12,
+        device=device,
+    )
     res = drive(req, d.make_inputs, d.run, d.reference, extra_metrics=d.EXTRA_METRICS)
     return res, {s.subject: s for s in res.series}
 
@@ -347,14 +354,14 @@ def test_wrong_outputs_fail_accuracy(tmp_path, name):
 
 # -- the helper's CuPy clock, for drivers that use CuPy rather than torch ---------------------------------
 
-CUPY_SUBJECT = '''
+CUPY_SUBJECT = """
 import cupy
 
 
 def row_sum(x, out):
     cupy.sum(x, axis=1, out=out)
     return out
-'''
+"""
 
 
 @pytest.mark.gpu
@@ -376,8 +383,15 @@ def test_cupy_timer_on_gpu(tmp_path):
     def reference(case, inputs):
         return inputs["x"].astype(cupy.float64).sum(axis=1)
 
-    req = _request({"original": subject}, {"c": {"rows": 8192, "cols": 4096}}, tmp_path, rel_l2=1e-5,
-                   entry="kernel.py", device="cuda", reps=6)
+    req = _request(
+        {"original": subject},
+        {"c": {"rows": 8192, "cols": 4096}},
+        tmp_path,
+        rel_l2=1e-5,
+        entry="kernel.py",
+        device="cuda",
+        reps=6,
+    )
     req = req.model_copy(update={"metrics": [m for m in req.metrics if m.name == "time"]})
     res = drive(req, make_inputs, run, reference, timer="cupy")
     assert res.timing == "cupy_events+device_sync"
@@ -388,7 +402,9 @@ def test_cupy_timer_on_gpu(tmp_path):
 
 
 def test_unknown_timer_is_refused(tmp_path):
-    req = _request({"original": LAYERNORM}, {"c": {"rows": 4, "cols": 8}}, tmp_path, rel_l2=1e-2, entry="kernel.py")
+    req = _request(
+        {"original": LAYERNORM}, {"c": {"rows": 4, "cols": 8}}, tmp_path, rel_l2=1e-2, entry="kernel.py"
+    )
     d = _driver(LAYERNORM)
     with pytest.raises(ValueError, match="timer 'jax'"):
         drive(req, d.make_inputs, d.run, d.reference, extra_metrics=d.EXTRA_METRICS, timer="jax")
@@ -409,7 +425,13 @@ def test_gpu_adversarial_candidate_through_the_helper_on_gpu(tmp_path, name, res
     voided = bool(res.integrity) or not cand.accuracy.passed
     faster = statistics.median(cand.samples["time"]) < 0.9 * statistics.median(orig.samples["time"])
     # never both valid and faster: what the tricks were written to achieve
-    assert voided or not faster, (name, res.integrity, cand.accuracy, orig.samples["time"], cand.samples["time"])
+    assert voided or not faster, (
+        name,
+        res.integrity,
+        cand.accuracy,
+        orig.samples["time"],
+        cand.samples["time"],
+    )
     if name in GPU_VOIDED:
         assert voided, (name, res.integrity, cand.accuracy)
     if name == "side_stream":  # honest time through the whole-device synchronise, and a right answer

@@ -16,8 +16,26 @@ def test_version_and_help() -> None:
     assert r.code == 0 and __version__ in r.stdout
     r = run_cko("--help")
     assert r.code == 0
-    for cmd in ("doctor", "exec", "readiness", "baseline", "variant", "experiment", "champion", "audit", "verify",
-                "schema", "demo", "stats", "profile", "sass", "knowledge", "images", "status", "cancel"):
+    for cmd in (
+        "doctor",
+        "exec",
+        "readiness",
+        "baseline",
+        "variant",
+        "experiment",
+        "champion",
+        "audit",
+        "verify",
+        "schema",
+        "demo",
+        "stats",
+        "profile",
+        "sass",
+        "knowledge",
+        "images",
+        "status",
+        "cancel",
+    ):
         assert cmd in r.stdout, cmd
 
 
@@ -43,7 +61,9 @@ def test_corrupt_lock_is_a_one_line_error_exit_5(tmp_path: Path, store: Path) ->
     assert r.code == 5
     assert r.json["field"] == "images.lock" and r.json["error"] == "corrupt_images_lock"
     assert bad.read_text() == "{not json"  # nothing rewritten
-    r = run_cko("exec", "--json", "--", "true", store=store, env={"CKO_IMAGES_LOCK": str(tmp_path / "none.lock")})
+    r = run_cko(
+        "exec", "--json", "--", "true", store=store, env={"CKO_IMAGES_LOCK": str(tmp_path / "none.lock")}
+    )
     assert r.code == 5 and r.json["error"] == "image_missing"
 
 

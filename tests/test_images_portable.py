@@ -32,9 +32,25 @@ def _dockerd(base: Path, name: str) -> tuple[subprocess.Popen[bytes], str]:
         (d / sub).mkdir(parents=True)
     sock = f"unix://{d}/docker.sock"
     log = open(d / "dockerd.log", "wb")
-    proc = subprocess.Popen(["dockerd", "--data-root", str(d / "data"), "--exec-root", str(d / "exec"), "-H", sock,
-                             "--pidfile", str(d / "docker.pid"), "--bridge=none", "--iptables=false",
-                             "--ip6tables=false"], stdout=log, stderr=log, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            "dockerd",
+            "--data-root",
+            str(d / "data"),
+            "--exec-root",
+            str(d / "exec"),
+            "-H",
+            sock,
+            "--pidfile",
+            str(d / "docker.pid"),
+            "--bridge=none",
+            "--iptables=false",
+            "--ip6tables=false",
+        ],
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     for _ in range(150):
         if subprocess.run(["docker", "-H", sock, "info"], capture_output=True).returncode == 0:
             return proc, sock
@@ -79,8 +95,12 @@ def test_two_engines_build_the_same_cpu_image_id(engines: tuple[Path, list[str]]
     ids, locks, times = [], [], []
     for i, sock in enumerate(socks):
         lock = base / f"lock-{i}.json"
-        env = {"DOCKER_HOST": sock, "CKO_CACHE": str(base / f"cache-{i}"), "CKO_DEB_CACHE": str(debs),
-               "CKO_IMAGES_LOCK": str(lock)}
+        env = {
+            "DOCKER_HOST": sock,
+            "CKO_CACHE": str(base / f"cache-{i}"),
+            "CKO_DEB_CACHE": str(debs),
+            "CKO_IMAGES_LOCK": str(lock),
+        }
         t0 = time.monotonic()
         r = run_cko("images", "build", "cpu", "--json", env=env, timeout=1200)
         times.append(time.monotonic() - t0)
@@ -98,28 +118,42 @@ def test_rebuild_leaves_the_tracked_lock_untouched() -> None:
     before = lock.read_bytes()
     r = run_cko("images", "build", "cpu", "--json", timeout=900)
     assert r.code == 0, r.stderr[-2000:]
-    assert r.json["built"][0]["lock_changed"] is False, "the tracked lock's cpu image is not what this checkout builds"
+    assert r.json["built"][0]["lock_changed"] is False, (
+        "the tracked lock's cpu image is not what this checkout builds"
+    )
     assert lock.read_bytes() == before
-    git = subprocess.run(["git", "status", "--porcelain", "--", "cko-images.lock", "images"], cwd=ROOT,
-                         capture_output=True, text=True)
+    git = subprocess.run(
+        ["git", "status", "--porcelain", "--", "cko-images.lock", "images"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert git.stdout == ""
 
 
 # -- moving by digest and auditing anywhere ---------------------------------------------------------
 
+
 def _registry(tmp: Path) -> Iterator[str]:
     exe = shutil.which("docker-registry") or "/usr/bin/docker-registry"
     if not Path(exe).exists():
-        r = subprocess.run(["apt-get", "install", "-y", "-qq", "docker-registry"], capture_output=True, text=True,
-                           env=os.environ | {"DEBIAN_FRONTEND": "noninteractive"})
+        r = subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "docker-registry"],
+            capture_output=True,
+            text=True,
+            env=os.environ | {"DEBIAN_FRONTEND": "noninteractive"},
+        )
         if r.returncode != 0 or not Path(exe).exists():
             pytest.skip(f"Debian's docker-registry could not be installed: {r.stderr.strip()[-300:]}")
     port = 5000 + os.getpid() % 1000
     cfg = tmp / "registry.yml"
-    cfg.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp / 'registry'}\n"
-                   f"http:\n  addr: 127.0.0.1:{port}\n")
-    proc = subprocess.Popen([exe, "serve", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    cfg.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp / 'registry'}\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    proc = subprocess.Popen(
+        [exe, "serve", str(cfg)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     import requests
 
     for _ in range(100):
@@ -139,8 +173,30 @@ def registry(tmp_path: Path) -> Iterator[str]:
     yield from _registry(tmp_path)
 
 
-def _rmi(image_id: str) -> None:
-    subprocess.run(["docker", "rmi", "-f", image_id], capture_output=True, check=False)
+def _rmi(image_id: str, *, must: bool = True) -> None:
+    """Remove the image from the engine and make sure it is gone (an untag alone would leave it by id)."""
+    for _ in range(20):
+        r = subprocess.run(["docker", "rmi", "-f", image_id], capture_output=True, text=True, check=False)
+        if subprocess.run(["docker", "image", "inspect", image_id], capture_output=True).returncode != 0:
+            return
+        time.sleep(1)
+    users = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "-a",
+            "--filter",
+            f"ancestor={image_id}",
+            "--format",
+            "{{.ID}} {{.Status}} {{.Labels}}",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
+    if must:
+        pytest.fail(
+            f"image {image_id} stays in the engine: {r.stderr.strip()}; containers using it: {users!r}"
+        )
 
 
 def test_audit_brings_the_targets_image_back(tmp_path: Path, registry: str) -> None:
@@ -153,8 +209,11 @@ def test_audit_brings_the_targets_image_back(tmp_path: Path, registry: str) -> N
         if (shared / sub).is_dir():
             (cache / sub).parent.mkdir(parents=True, exist_ok=True)
             os.symlink(shared / sub, cache / sub)
-    env = {"SOURCE_DATE_EPOCH": str(1_600_000_000 + os.getpid()), "CKO_CACHE": str(cache),
-           "CKO_IMAGES_LOCK": str(tmp_path / "lock.json")}
+    env = {
+        "SOURCE_DATE_EPOCH": str(1_600_000_000 + os.getpid()),
+        "CKO_CACHE": str(cache),
+        "CKO_IMAGES_LOCK": str(tmp_path / "lock.json"),
+    }
     r = run_cko("images", "build", "cpu", "--json", env=env, timeout=900)
     assert r.code == 0, r.stderr[-2000:]
     image_id = r.json["built"][0]["image_id"]
@@ -165,34 +224,52 @@ def test_audit_brings_the_targets_image_back(tmp_path: Path, registry: str) -> N
         assert d.code == 0, d.stdout[-3000:] + d.stderr[-2000:]
         s = run_cko("images", "save", "cpu", "--json", store=store, env=env)
         assert s.code == 0 and Path(s.json["path"]) == store / "images" / f"{image_id[7:]}.tar", s.stdout
-        p = run_cko("images", "push", "cpu", "--registry", registry, "--json", store=store, env=env, timeout=600)
+        p = run_cko(
+            "images", "push", "cpu", "--registry", registry, "--json", store=store, env=env, timeout=600
+        )
         assert p.code == 0, p.stdout + p.stderr[-2000:]
         shutil.rmtree(cache / "images", ignore_errors=True)  # only the store and the registry hold it now
 
         _rmi(image_id)
         a = run_cko("audit", "--json", store=store, env=env, timeout=1500)
         _ran_in_the_targets_image(a)
-        assert "loaded from" in a.stderr and str(store / "images") in a.stderr.replace("\n", "")
+        assert "loaded from" in a.stderr and str(store / "images") in a.stderr.replace("\n", ""), a.stderr[
+            -3000:
+        ]
 
         _rmi(image_id)
         (store / "images" / f"{image_id[7:]}.tar").unlink()
         shutil.rmtree(cache / "images", ignore_errors=True)
-        a = run_cko("audit", "--json", store=store, env=env | {"CKO_IMAGES_LOCK": str(tmp_path / "none.json"),
-                                                                  "CKO_REGISTRY": registry}, timeout=1500)
+        a = run_cko(
+            "audit",
+            "--json",
+            store=store,
+            env=env | {"CKO_IMAGES_LOCK": str(tmp_path / "none.json"), "CKO_REGISTRY": registry},
+            timeout=1500,
+        )
         _ran_in_the_targets_image(a)
-        assert f"pulled {registry}/cko/cpu:sha256-{image_id[7:]}" in a.stderr.replace("\n", "")  # rich wraps lines
+        assert f"pulled {registry}/cko/cpu:sha256-{image_id[7:]}" in a.stderr.replace(
+            "\n", ""
+        )  # rich wraps lines
 
         _rmi(image_id)
         shutil.rmtree(cache / "images", ignore_errors=True)
         junit = tmp_path / "audit.xml"
-        a = run_cko("audit", "--junit", str(junit), "--json", store=store,
-                    env=env | {"CKO_IMAGES_LOCK": str(tmp_path / "none.json")}, timeout=600)
+        a = run_cko(
+            "audit",
+            "--junit",
+            str(junit),
+            "--json",
+            store=store,
+            env=env | {"CKO_IMAGES_LOCK": str(tmp_path / "none.json")},
+            timeout=600,
+        )
         assert a.code == 5 and a.json["answer"] == "could_not_check", a.stdout[-3000:]
         missing = [c for c in a.json["checks"] if c["answer"] == "could_not_check"]
         assert {c["code"] for c in missing} == {"image_missing"} and image_id in missing[0]["detail"]
         assert "<error" in junit.read_text()
     finally:
-        _rmi(image_id)
+        _rmi(image_id, must=False)
         shutil.rmtree(store.parent, ignore_errors=True)
 
 
@@ -205,7 +282,9 @@ def _ran_in_the_targets_image(a: Any) -> None:
     for t in doc["targets"].values():
         codes = set(t["audit_experiment"]["reason_codes"])
         assert not codes & {"environment_mismatch", "image_missing"}, codes
-        assert not t["audit_experiment"].get("identity_mismatch"), t["audit_experiment"].get("identity_mismatch")
+        assert not t["audit_experiment"].get("identity_mismatch"), t["audit_experiment"].get(
+            "identity_mismatch"
+        )
 
 
 def test_host_id_and_gpu_uuid_never_void_a_comparison() -> None:

@@ -18,31 +18,38 @@ def _request(tmp_path: Path, mode: str, process_timeout: float = 60) -> Path:
     work = tmp_path / f"w-{mode}"
     shutil.copytree(HOSTILE, work)
     req = {
-        "name": f"hostile-{mode}", "workload": ".", "entry": "kernel.py", "allowed_paths": ["kernel.py"],
+        "name": f"hostile-{mode}",
+        "workload": ".",
+        "entry": "kernel.py",
+        "allowed_paths": ["kernel.py"],
         "exclude": ["readiness.json"],
         "driver": {"command": ["python", "driver.py"], "env": {"HOSTILE": mode}, "kind": "harness_trusted"},
         "cases": [{"id": "small", "params": {"rows": 64, "cols": 256}}],
         "objective": {"primary": {"name": "time", "unit": "ms", "direction": "lower"}, "min_effect_pct": 5},
         "accuracy": {"rel_l2": 1e-9},
         "plan": {"warmup": 1},
-        "timeout_s": 120, "process_timeout_s": process_timeout,
+        "timeout_s": 120,
+        "process_timeout_s": process_timeout,
     }
     (work / "readiness.json").write_text(json.dumps(req))
     return work / "readiness.json"
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("mode,code,field", [
-    ("garbage", "result_not_json", "result"),
-    ("wrong_unit", "wrong_unit", "metrics.time.unit"),
-    ("too_few", "wrong_sample_count", "series[original/small].reps"),
-    ("nan", "non_finite", "series[original/small].samples.time"),
-    ("wrong_metric", "missing_metric", "series[original/small].samples.time"),
-    ("protocol", "unknown_protocol", "protocol"),
-    ("missing_subject", "missing_subject", "series[original/small]"),
-    ("crash", "driver_crashed", "driver"),
-    ("no_result", "result_not_written", "result_path"),
-])
+@pytest.mark.parametrize(
+    "mode,code,field",
+    [
+        ("garbage", "result_not_json", "result"),
+        ("wrong_unit", "wrong_unit", "metrics.time.unit"),
+        ("too_few", "wrong_sample_count", "series[original/small].reps"),
+        ("nan", "non_finite", "series[original/small].samples.time"),
+        ("wrong_metric", "missing_metric", "series[original/small].samples.time"),
+        ("protocol", "unknown_protocol", "protocol"),
+        ("missing_subject", "missing_subject", "series[original/small]"),
+        ("crash", "driver_crashed", "driver"),
+        ("no_result", "result_not_written", "result_path"),
+    ],
+)
 def test_hostile_driver_is_not_ready(tmp_path: Path, mode: str, code: str, field: str) -> None:
     store = tmp_path / "store"
     r = run_cko("readiness", "--request", str(_request(tmp_path, mode)), "--json", store=store)
@@ -58,7 +65,9 @@ def test_hostile_driver_is_not_ready(tmp_path: Path, mode: str, code: str, field
 @pytest.mark.docker
 def test_hanging_driver_times_out(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    r = run_cko("readiness", "--request", str(_request(tmp_path, "hang", process_timeout=4)), "--json", store=store)
+    r = run_cko(
+        "readiness", "--request", str(_request(tmp_path, "hang", process_timeout=4)), "--json", store=store
+    )
     assert r.code == 1
     assert r.json["blockers"][0]["reason"].startswith("driver_timed_out:")
 
@@ -81,32 +90,55 @@ def test_driver_that_prints_megabytes_and_writes_outside_still_contained(tmp_pat
 
 
 def _req(**kw: object) -> DriverRequest:
-    base = dict(mode="measure", subjects=[{"id": "a", "path": "/x"}], cases=[{"id": "c", "params": {}}],
-                schedule=[{"subject": "a", "case": "c", "rep": 0}, {"subject": "a", "case": "c", "rep": 1}],
-                metrics=[{"name": "time", "unit": "ms"}], accuracy={"rel_l2": 1e-6}, seed=1, result_path="/tmp/r")
+    base = dict(
+        mode="measure",
+        subjects=[{"id": "a", "path": "/x"}],
+        cases=[{"id": "c", "params": {}}],
+        schedule=[{"subject": "a", "case": "c", "rep": 0}, {"subject": "a", "case": "c", "rep": 1}],
+        metrics=[{"name": "time", "unit": "ms"}],
+        accuracy={"rel_l2": 1e-6},
+        seed=1,
+        result_path="/tmp/r",
+    )
     base.update(kw)
     return DriverRequest.model_validate(base)
 
 
-def _res(samples: list[float], reps: list[int] | None = None, units: dict[str, str] | None = None) -> DriverResult:
-    return DriverResult.model_validate({
-        "protocol": "cko/driver-v1", "mode": "measure", "units": units if units is not None else {"time": "ms"},
-        "series": [{"subject": "a", "case": "c", "reps": reps if reps is not None else [0, 1],
+def _res(
+    samples: list[float], reps: list[int] | None = None, units: dict[str, str] | None = None
+) -> DriverResult:
+    return DriverResult.model_validate(
+        {
+            "protocol": "cko/driver-v1",
+            "mode": "measure",
+            "units": units if units is not None else {"time": "ms"},
+            "series": [
+                {
+                    "subject": "a",
+                    "case": "c",
+                    "reps": reps if reps is not None else [0, 1],
                     "samples": {"time": samples},
-                    "accuracy": {"passed": True, "checks": 1}}]})
+                    "accuracy": {"passed": True, "checks": 1},
+                }
+            ],
+        }
+    )
 
 
 def test_validate_result_accepts_a_correct_result() -> None:
     assert validate_result(_req(), _res([1.0, 1.1])) == []
 
 
-@pytest.mark.parametrize("res,code", [
-    (_res([1.0]), "wrong_sample_count"),
-    (_res([1.0, float("inf")]), "non_finite"),
-    (_res([1.0, -1.0]), "non_positive"),
-    (_res([1.0, 1.0], units={"time": "us"}), "wrong_unit"),
-    (_res([1.0, 1.0], units={}), "missing_unit"),
-])
+@pytest.mark.parametrize(
+    "res,code",
+    [
+        (_res([1.0]), "wrong_sample_count"),
+        (_res([1.0, float("inf")]), "non_finite"),
+        (_res([1.0, -1.0]), "non_positive"),
+        (_res([1.0, 1.0], units={"time": "us"}), "wrong_unit"),
+        (_res([1.0, 1.0], units={}), "missing_unit"),
+    ],
+)
 def test_validate_result_contract_errors(res: DriverResult, code: str) -> None:
     errs = validate_result(_req(), res)
     assert errs and errs[0].code == code, errs
@@ -114,19 +146,33 @@ def test_validate_result_contract_errors(res: DriverResult, code: str) -> None:
 
 def test_stream_times_must_match_the_repetitions() -> None:
     res = _res([1.0, 1.1])
-    assert validate_result(_req(), res.model_copy(update={"series": [
-        res.series[0].model_copy(update={"stream_ns": [900_000, 950_000]})]})) == []
-    errs = validate_result(_req(), res.model_copy(update={"series": [
-        res.series[0].model_copy(update={"stream_ns": [900_000]})]}))
+    assert (
+        validate_result(
+            _req(),
+            res.model_copy(
+                update={"series": [res.series[0].model_copy(update={"stream_ns": [900_000, 950_000]})]}
+            ),
+        )
+        == []
+    )
+    errs = validate_result(
+        _req(), res.model_copy(update={"series": [res.series[0].model_copy(update={"stream_ns": [900_000]})]})
+    )
     assert [(e.code, e.field) for e in errs] == [("wrong_sample_count", "series[a/c].stream_ns")]
 
 
-@pytest.mark.parametrize("kw,msg", [
-    ({"protocol": "cko/driver-v2"}, "unknown protocol version"),
-    ({"schedule": [{"subject": "zz", "case": "c", "rep": 0}]}, "is not a subject"),
-    ({"schedule": [{"subject": "a", "case": "c", "rep": 0}, {"subject": "a", "case": "c", "rep": 0}]}, "repeats"),
-    ({"metrics": [{"name": "time", "unit": "fortnights"}]}, "unit"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"protocol": "cko/driver-v2"}, "unknown protocol version"),
+        ({"schedule": [{"subject": "zz", "case": "c", "rep": 0}]}, "is not a subject"),
+        (
+            {"schedule": [{"subject": "a", "case": "c", "rep": 0}, {"subject": "a", "case": "c", "rep": 0}]},
+            "repeats",
+        ),
+        ({"metrics": [{"name": "time", "unit": "fortnights"}]}, "unit"),
+    ],
+)
 def test_driver_request_is_closed_and_checked(kw: dict, msg: str) -> None:
     with pytest.raises(ValueError, match=msg):
         _req(**kw)
@@ -138,8 +184,15 @@ def test_stream_medians_cover_the_kept_pairs_only() -> None:
     from runner.workflow.analysis import kept_pairs, stream_median
 
     def series(subject: str, stream: list[int], sm: list[list[int | None]]) -> Series:
-        return Series(subject=subject, case="c", reps=[0, 1, 2, 3], samples={"time": [1.0] * 4},
-                      stream_ns=stream, sm_mhz=sm, accuracy=Accuracy(passed=True, checks=1))
+        return Series(
+            subject=subject,
+            case="c",
+            reps=[0, 1, 2, 3],
+            samples={"time": [1.0] * 4},
+            stream_ns=stream,
+            sm_mhz=sm,
+            accuracy=Accuracy(passed=True, checks=1),
+        )
 
     settled: list[list[int | None]] = [[1980, 1980]] * 4
     ref = series("a", [100, 200, 300, 10_000], [[1980, 1980], [1980, 1980], [1980, 1980], [600, 1980]])
@@ -159,13 +212,25 @@ def test_hand_written_driver_is_marked_and_needs_the_callers_word_to_be_selected
     assert r.code == 0, r.stdout[-2000:]
     tgt = r.json["target"]["id"]
     vreq = tmp_path / "variant.json"
-    vreq.write_text(json.dumps({"path": str(ROOT / "examples" / "numpy-softmax" / "candidate"), "claim": "one buffer"}))
+    vreq.write_text(
+        json.dumps({"path": str(ROOT / "examples" / "numpy-softmax" / "candidate"), "claim": "one buffer"})
+    )
     v = run_cko("variant", "--request", str(vreq), "--target", tgt, "--json", store=store)
     assert v.code == 0, v.stdout
     ereq = tmp_path / "target.json"
     ereq.write_text(json.dumps({"stage": "target", "seed": 2, "pairs": 6}))
-    e = run_cko("experiment", "--request", str(ereq), "--target", tgt, "--variant", v.json["variant"]["id"], "--json",
-                store=store, timeout=600)
+    e = run_cko(
+        "experiment",
+        "--request",
+        str(ereq),
+        "--target",
+        tgt,
+        "--variant",
+        v.json["variant"]["id"],
+        "--json",
+        store=store,
+        timeout=600,
+    )
     assert e.code == 0, e.stdout[-2000:]
     exp = json.loads((store / "experiments" / f"{e.json['experiment']['id']}.json").read_text())
     assert exp["plan"]["boundary"] == "harness_trusted"

@@ -58,8 +58,15 @@ def test_exec_runs_hardened_and_records_everything(store: Path) -> None:
 
 
 def test_failing_command_exit_1_and_output_truncated(store: Path) -> None:
-    r = run_cko("exec", "--json", "--", "sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' x; echo; exit 7",
-                store=store)
+    r = run_cko(
+        "exec",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "head -c 3000000 /dev/zero | tr '\\0' x; echo; exit 7",
+        store=store,
+    )
     assert r.code == 1
     doc = r.json
     assert doc["state"] == "failed" and doc["container_exit_code"] == 7
@@ -69,8 +76,17 @@ def test_failing_command_exit_1_and_output_truncated(store: Path) -> None:
 
 def test_timeout_kills_a_workload_that_ignores_sigterm(store: Path) -> None:
     t0 = time.monotonic()
-    r = run_cko("exec", "--json", "--timeout", "2", "--", "sh", "-c", "trap '' TERM; while true; do sleep 1; done",
-                store=store)
+    r = run_cko(
+        "exec",
+        "--json",
+        "--timeout",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "trap '' TERM; while true; do sleep 1; done",
+        store=store,
+    )
     elapsed = time.monotonic() - t0
     assert r.code == 4
     doc = r.json
@@ -84,17 +100,31 @@ def test_timeout_kills_a_workload_that_ignores_sigterm(store: Path) -> None:
 
 
 def test_memory_limit_is_enforced(store: Path) -> None:
-    r = run_cko("exec", "--json", "--memory", "64m", "--", "python3", "-c", "x = bytearray(512 * 1024 * 1024)",
-                store=store)
+    r = run_cko(
+        "exec",
+        "--json",
+        "--memory",
+        "64m",
+        "--",
+        "python3",
+        "-c",
+        "x = bytearray(512 * 1024 * 1024)",
+        store=store,
+    )
     assert r.code == 1
     assert r.json["state"] == "failed"
 
 
 def _start_exec(store: Path, seconds: int) -> tuple[subprocess.Popen[str], str]:
     """`cko exec -- sleep N` in the background; returns once its container has started."""
-    proc = subprocess.Popen([*CKO, "exec", "--store", str(store), "--json", "--", "sleep", str(seconds)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=os.environ | {"PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [*CKO, "exec", "--store", str(store), "--json", "--", "sleep", str(seconds)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+    )
     deadline = time.monotonic() + 60  # a loaded CI host can take seconds to start a container
     while time.monotonic() < deadline and proc.poll() is None:
         dirs = _inv_dirs(store)
@@ -132,7 +162,9 @@ def test_controller_killed_leaves_an_orphan_that_the_next_command_reaps(store: P
     assert run_cko("verify", "--json", store=store).json["ok"] is True
 
 
-def test_request_json_is_only_written_under_the_active_lock(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_request_json_is_only_written_under_the_active_lock(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A reap running in another command takes a request whose lock is free for an abandoned run.
 
     So the controller must hold the lock before request.json appears, on the run path and the
@@ -153,7 +185,9 @@ def test_request_json_is_only_written_under_the_active_lock(store: Path, monkeyp
     monkeypatch.setattr(invocation, "write_new", watched)
     done = invocation.execute(st, invocation.Plan(op="exec", command=["true"], timeout_s=60))
     assert done.result.state == "succeeded"
-    res = invocation.refuse(st, invocation.Plan(op="exec", command=["true"]), refused("not here", "mount_roots"))
+    res = invocation.refuse(
+        st, invocation.Plan(op="exec", command=["true"]), refused("not here", "mount_roots")
+    )
     assert res.state == "refused"
     assert held_at_write == [True, True]
     # and once the controllers are gone, the next reap finds nothing to take
@@ -167,24 +201,82 @@ def test_policy_refusals_are_recorded_exit_3(store: Path, tmp_path: Path) -> Non
     other.mkdir()
     pol = tmp_path / "policy.yaml"
     pol.write_text(f"mount_roots: [{allowed}]\nmax_timeout_s: 60\nmax_memory: 8g\n")
-    r = run_cko("exec", "--json", "--timeout", "30", "--policy", str(pol), "--mount", f"{other}:/data", "--", "true", store=store)
+    r = run_cko(
+        "exec",
+        "--json",
+        "--timeout",
+        "30",
+        "--policy",
+        str(pol),
+        "--mount",
+        f"{other}:/data",
+        "--",
+        "true",
+        store=store,
+    )
     assert r.code == 3 and r.json["field"] == "mount_roots"
     r = run_cko("exec", "--json", "--policy", str(pol), "--timeout", "3600", "--", "true", store=store)
     assert r.code == 3 and r.json["field"] == "max_timeout_s"
-    r = run_cko("exec", "--json", "--timeout", "30", "--policy", str(pol), "--memory", "16g", "--", "true", store=store)
+    r = run_cko(
+        "exec",
+        "--json",
+        "--timeout",
+        "30",
+        "--policy",
+        str(pol),
+        "--memory",
+        "16g",
+        "--",
+        "true",
+        store=store,
+    )
     assert r.code == 3 and r.json["field"] == "max_memory"
     # a symlink inside the allowed root that escapes it is resolved and refused
     (allowed / "escape").symlink_to(other)
-    r = run_cko("exec", "--json", "--timeout", "30", "--policy", str(pol), "--mount", f"{allowed}/escape:/data", "--", "true",
-                store=store)
+    r = run_cko(
+        "exec",
+        "--json",
+        "--timeout",
+        "30",
+        "--policy",
+        str(pol),
+        "--mount",
+        f"{allowed}/escape:/data",
+        "--",
+        "true",
+        store=store,
+    )
     assert r.code == 3 and r.json["field"] == "mount_roots"
-    r = run_cko("exec", "--json", "--timeout", "30", "--policy", str(pol), "--mount", f"{allowed}/../other:/data", "--", "true",
-                store=store)
+    r = run_cko(
+        "exec",
+        "--json",
+        "--timeout",
+        "30",
+        "--policy",
+        str(pol),
+        "--mount",
+        f"{allowed}/../other:/data",
+        "--",
+        "true",
+        store=store,
+    )
     assert r.code == 3
     states = [json.loads((d / "result.json").read_text())["state"] for d in _inv_dirs(store)]
     assert states == ["refused"] * 5
-    r = run_cko("exec", "--json", "--timeout", "30", "--policy", str(pol), "--mount", f"{allowed}:/data", "--", "ls", "/data",
-                store=store)
+    r = run_cko(
+        "exec",
+        "--json",
+        "--timeout",
+        "30",
+        "--policy",
+        str(pol),
+        "--mount",
+        f"{allowed}:/data",
+        "--",
+        "ls",
+        "/data",
+        store=store,
+    )
     assert r.code == 0 and "escape" in r.json["stdout_tail"]
 
 
@@ -197,13 +289,16 @@ def test_dangerous_mounts_are_never_allowed(store: Path, src: str) -> None:
     assert r.json["field"] == "forbidden_mount"
 
 
-@pytest.mark.parametrize("args,field", [
-    (["--timeout", "-5"], "timeout"),
-    (["--timeout", "1e9"], "timeout"),
-    (["--mount", "nocolon"], "mount"),
-    (["--mount", "/tmp:relative"], "mount"),
-    (["--memory", "lots"], "memory"),
-])
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (["--timeout", "-5"], "timeout"),
+        (["--timeout", "1e9"], "timeout"),
+        (["--mount", "nocolon"], "mount"),
+        (["--mount", "/tmp:relative"], "mount"),
+        (["--memory", "lots"], "memory"),
+    ],
+)
 def test_bad_input_exit_2_nothing_written(store: Path, args: list[str], field: str) -> None:
     r = run_cko("exec", "--json", *args, "--", "true", store=store)
     assert r.code == 2, (r.stdout, r.stderr)
@@ -220,7 +315,9 @@ def test_store_that_is_a_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_engine_down_exit_5(store: Path) -> None:
-    r = run_cko("exec", "--json", "--", "true", store=store, env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    r = run_cko(
+        "exec", "--json", "--", "true", store=store, env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    )
     assert r.code == 5 and r.json["error"] == "engine_unavailable"
     r = run_cko("doctor", "--json", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert r.code == 5 and r.json["engine"]["reachable"] is False

@@ -25,14 +25,19 @@ ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "tests" / "fixtures" / "torch" / "torch_trace.json"
 RAW = TRACE.read_bytes()
 
-needs_native = pytest.mark.skipif(not trace_native.available(), reason="the trace scanner is not built (make native)")
+needs_native = pytest.mark.skipif(
+    not trace_native.available(), reason="the trace scanner is not built (make native)"
+)
 
 
 def test_the_scanner_is_built_where_make_test_requires_it():
     if os.environ.get("CKO_REQUIRE_NATIVE") != "1":
         pytest.skip("CKO_REQUIRE_NATIVE is not 1 (no C compiler on this host)")
     assert trace_native.available(), "make native did not build a library matching trace_scan.c"
-    assert native.built_from(trace_native.LIBRARY) == hashlib.sha256(trace_native.SOURCE.read_bytes()).hexdigest()
+    assert (
+        native.built_from(trace_native.LIBRARY)
+        == hashlib.sha256(trace_native.SOURCE.read_bytes()).hexdigest()
+    )
 
 
 def _took(data: bytes, max_events: int = torch_trace.DEFAULT_MAX_EVENTS) -> bool:
@@ -67,18 +72,39 @@ def _kernels(times: list[tuple[str, str]], extra: str = "") -> bytes:
         f'"args": {{"correlation": {i}}}}}'
         for i in range(0, len(times), 3)
     ]
-    return ('{"schemaVersion": 1, ' + extra + '"traceEvents": [' + ", ".join(events + launches) + "]}").encode()
+    return (
+        '{"schemaVersion": 1, ' + extra + '"traceEvents": [' + ", ".join(events + launches) + "]}"
+    ).encode()
 
 
 def _number_texts(rng: random.Random, n: int) -> list[str]:
     """Number texts of every shape a writer may use, within what the scanner converts."""
     out = [
-        "0", "-0", "0.0", "-0.0", "7", "-7", "0.0005", "0.0015", "0.0025", "2.5e-3", "1E3", "1e+3",
-        "15E-1", "0.000123", "123456.789", "5379723397520.891", "9007199254.740993",
+        "0",
+        "-0",
+        "0.0",
+        "-0.0",
+        "7",
+        "-7",
+        "0.0005",
+        "0.0015",
+        "0.0025",
+        "2.5e-3",
+        "1E3",
+        "1e+3",
+        "15E-1",
+        "0.000123",
+        "123456.789",
+        "5379723397520.891",
+        "9007199254.740993",
         "1234567890123456.7891",  # past 2^53 as a mantissa: the strtod path
         "123456789012.345678901234567",  # more than 19 digits: the strtod path
-        "0.1234567890123456789012345", "922337203685", "-922337203685", "4503599627370.4995",
-        "1e-300", "3.0000000000000004",
+        "0.1234567890123456789012345",
+        "922337203685",
+        "-922337203685",
+        "4503599627370.4995",
+        "1e-300",
+        "3.0000000000000004",
     ]
     while len(out) < n:
         x = rng.choice([rng.uniform(0, 1e4), rng.uniform(1e9, 1e13), rng.uniform(-1e6, 1e6), rng.random()])

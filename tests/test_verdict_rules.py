@@ -21,7 +21,7 @@ from tests.conftest import ROOT, run_cko
 pytestmark = pytest.mark.docker
 EX = ROOT / "examples" / "numpy-softmax"
 
-SLOW = '''import numpy as np
+SLOW = """import numpy as np
 
 
 def softmax(x):
@@ -33,9 +33,9 @@ def softmax(x):
     for j in range(x.shape[1]):
         out[:, j] /= s
     return out
-'''
+"""
 
-DRIVER = '''import numpy as np
+DRIVER = """import numpy as np
 
 from operations.driver import main
 
@@ -61,7 +61,7 @@ def bus(params, t_ns):
 if __name__ == "__main__":
     raise SystemExit(main(make_inputs=make_inputs, run=run, reference=reference,
                           extra_metrics={"bus_bytes_per_s": ("bytes/s", bus)}))
-'''
+"""
 BUS = {"name": "bus_bytes_per_s", "unit": "bytes/s", "direction": "lower"}
 
 
@@ -80,17 +80,34 @@ def _workload(tmp: Path) -> Path:
 
 
 def _readiness(w: Path, store: Path, name: str, constraints: list[dict]) -> str:
-    req = {"name": name, "claim_layer": "kernel", "workload": ".", "allowed_paths": ["kernel.py", "common/notes.py"],
-           "exclude": ["fast", "same", "*.json"], "driver": {"command": ["python", "driver.py"]},
-           "cases": [{"id": "r16x4096", "params": {"rows": 16, "cols": 4096}}],
-           "objective": {"primary": {"name": "time", "unit": "ms", "direction": "lower"}, "min_effect_pct": 5.0,
-                         "constraints": constraints},
-           "accuracy": {"rel_l2": 1e-9, "check_fraction": 0.25},
-           # min_pairs 6 with sequential looks is the issue's traceback; the ceiling is the whole
-           # machine (declared): a shared CI host, where arm balance is what protects the verdict
-           "plan": {"screen_pairs": 6, "target_pairs": 16, "min_pairs": 6, "warmup": 1, "acquisition": "same_process",
-                    "load": {"max_foreign_cpu_share": 1.0}},
-           "timeout_s": 600, "process_timeout_s": 300, "memory": "2g"}
+    req = {
+        "name": name,
+        "claim_layer": "kernel",
+        "workload": ".",
+        "allowed_paths": ["kernel.py", "common/notes.py"],
+        "exclude": ["fast", "same", "*.json"],
+        "driver": {"command": ["python", "driver.py"]},
+        "cases": [{"id": "r16x4096", "params": {"rows": 16, "cols": 4096}}],
+        "objective": {
+            "primary": {"name": "time", "unit": "ms", "direction": "lower"},
+            "min_effect_pct": 5.0,
+            "constraints": constraints,
+        },
+        "accuracy": {"rel_l2": 1e-9, "check_fraction": 0.25},
+        # min_pairs 6 with sequential looks is the issue's traceback; the ceiling is the whole
+        # machine (declared): a shared CI host, where arm balance is what protects the verdict
+        "plan": {
+            "screen_pairs": 6,
+            "target_pairs": 16,
+            "min_pairs": 6,
+            "warmup": 1,
+            "acquisition": "same_process",
+            "load": {"max_foreign_cpu_share": 1.0},
+        },
+        "timeout_s": 600,
+        "process_timeout_s": 300,
+        "memory": "2g",
+    }
     p = w / f"readiness-{name}.json"
     p.write_text(json.dumps(req))
     r = run_cko("readiness", "--request", str(p), "--json", store=store, timeout=600)
@@ -103,8 +120,11 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("verdicts")
     w = _workload(tmp)
     store = tmp / "store"
-    ids = {"c": _readiness(w, store, "serve-c", [{"metric": BUS, "max_regression_pct": 10}]),
-           "a": _readiness(w, store, "serve-a", []), "b": _readiness(w, store, "serve-b", [])}
+    ids = {
+        "c": _readiness(w, store, "serve-c", [{"metric": BUS, "max_regression_pct": 10}]),
+        "a": _readiness(w, store, "serve-a", []),
+        "b": _readiness(w, store, "serve-b", []),
+    }
     return {"work": w, "store": store, "t": ids, "exp": {}}
 
 
@@ -119,8 +139,18 @@ def _variant(env: dict, target: str, path: str) -> dict:
 def _experiment(env: dict, target: str, vid: str, **req: object) -> tuple[int, dict]:
     p = env["work"] / f"exp-{target}-{vid}-{len(list(env['work'].glob('exp-*')))}.json"
     p.write_text(json.dumps({"seed": 3} | req))
-    r = run_cko("experiment", "--request", str(p), "--target", env["t"][target], "--variant", vid, "--json",
-                store=env["store"], timeout=600)
+    r = run_cko(
+        "experiment",
+        "--request",
+        str(p),
+        "--target",
+        env["t"][target],
+        "--variant",
+        vid,
+        "--json",
+        store=env["store"],
+        timeout=600,
+    )
     return r.code, r.json
 
 
@@ -144,11 +174,15 @@ def test_constraint_violating_candidate_is_refused_at_select(env: dict) -> None:
     assert code == 0, doc
     assert doc["primary_verdict"] == "accepted", doc  # several times faster
     assert doc["constraint_verdicts"] == {"bus_bytes_per_s": "violated"}
-    assert doc["stage_outcome"] == "constraint_violated" and doc["blocking_constraints"] == ["bus_bytes_per_s"]
+    assert doc["stage_outcome"] == "constraint_violated" and doc["blocking_constraints"] == [
+        "bus_bytes_per_s"
+    ]
     assert "bus_bytes_per_s" in doc["stage_outcome_text"] and "constraint_violated" in doc["reason_codes"]
     # the case row's verdict is the primary's: it says that the stage outcome is another
     row = doc["cases"][0]
-    assert row["case_verdict"] == "accepted" and "stage outcome: constraint_violated" in row["case_verdict_text"]
+    assert (
+        row["case_verdict"] == "accepted" and "stage outcome: constraint_violated" in row["case_verdict_text"]
+    )
     assert doc["supports"]["claim_supported"] is False
     env["exp"]["c"] = doc["experiment"]["id"]
     sel = run_cko("champion", "select", "--experiment", doc["experiment"]["id"], "--json", store=env["store"])
@@ -185,8 +219,14 @@ def test_an_edited_record_is_refused_by_select_and_verify(env: dict) -> None:
     path, ledger = store / rel, (store / "ledger.jsonl").read_bytes()
     original = path.read_bytes()
     doc = json.loads(original)
-    doc.update({"outcome": "accepted", "blocking_constraints": [], "constraint_verdicts": {"bus_bytes_per_s": "ok"},
-                "reasons": [r for r in doc["reasons"] if r["code"] != "constraint_violated"]})
+    doc.update(
+        {
+            "outcome": "accepted",
+            "blocking_constraints": [],
+            "constraint_verdicts": {"bus_bytes_per_s": "ok"},
+            "reasons": [r for r in doc["reasons"] if r["code"] != "constraint_violated"],
+        }
+    )
     edited = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     try:
         path.write_bytes(edited)
@@ -195,7 +235,9 @@ def test_an_edited_record_is_refused_by_select_and_verify(env: dict) -> None:
         assert sel.code == 1 and sel.json["error"] == "verdict_mismatch", sel.stdout
         v = run_cko("verify", "--json", store=store)
         assert v.code != 0 and not v.json["ok"]
-        assert [p for p in v.json["problems"] if p["path"] == rel and p["problem"].startswith("verdict_mismatch")]
+        assert [
+            p for p in v.json["problems"] if p["path"] == rel and p["problem"].startswith("verdict_mismatch")
+        ]
     finally:
         path.write_bytes(original)
         (store / "ledger.jsonl").write_bytes(ledger)
@@ -207,7 +249,9 @@ def test_two_targets_keep_two_champions(env: dict) -> None:
     for key, vid in (("a", env["va"]), ("b", vb)):
         code, doc = _experiment(env, key, vid, stage="target")
         assert code == 0 and doc["stage_outcome"] == "accepted", doc
-        sel = run_cko("champion", "select", "--experiment", doc["experiment"]["id"], "--json", store=env["store"])
+        sel = run_cko(
+            "champion", "select", "--experiment", doc["experiment"]["id"], "--json", store=env["store"]
+        )
         assert sel.code == 0, sel.stdout
         assert [s["experiment"]["id"] for s in sel.json["stages"]] == [doc["experiment"]["id"]]
         assert sel.json["supports"]["claim_layer"] == "kernel" and sel.json["supports"]["claim_supported"]
@@ -256,8 +300,13 @@ def test_restore_needs_a_rejecting_audit_or_a_recorded_reason(env: dict) -> None
     r = run_cko("champion", "restore", "--target", tid, "--reason", "rollback drill", "--json", store=store)
     assert r.code == 0 and r.json["evidence"] == "operator_reason" and r.json["champion"]["variant"] is None
     show = run_cko("champion", "show", "--json", store=store).json
-    assert show["champions"][env["t"]["b"]]["pointer"]["variant"] is not None  # the other Target keeps its own
-    assert [h["evidence"] for h in show["history"] if h["target"] == tid] == ["target_stage", "operator_reason"]
+    assert (
+        show["champions"][env["t"]["b"]]["pointer"]["variant"] is not None
+    )  # the other Target keeps its own
+    assert [h["evidence"] for h in show["history"] if h["target"] == tid] == [
+        "target_stage",
+        "operator_reason",
+    ]
 
 
 def test_identical_code_with_subdirectories_is_an_aa_control(env: dict) -> None:

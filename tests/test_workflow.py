@@ -28,13 +28,13 @@ def softmax(x):
     return out
 '''
 
-WRONG = '''import numpy as np
+WRONG = """import numpy as np
 
 
 def softmax(x):
     e = np.exp(x)  # forgets the max shift and the normalisation: fast and wrong
     return e
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +46,15 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> dict:
     req["cases"] = [{"id": "r512x2048", "params": {"rows": 512, "cols": 2048}}]
     req["exclude"] += ["slower", "wrong", "outside", "same"]
     # A shared 2-core CI host: the ceiling is the whole machine (declared); load balance is still tested
-    req["plan"].update({"screen_pairs": 8, "target_pairs": 16, "baseline_samples": 6, "aa_pairs": 8,
-                        "load": {"max_foreign_cpu_share": 1.0}})
+    req["plan"].update(
+        {
+            "screen_pairs": 8,
+            "target_pairs": 16,
+            "baseline_samples": 6,
+            "aa_pairs": 8,
+            "load": {"max_foreign_cpu_share": 1.0},
+        }
+    )
     (work / "readiness.json").write_text(json.dumps(req))
     for name, code in (("slower", SLOWER), ("wrong", WRONG)):
         (work / name).mkdir()
@@ -65,15 +72,27 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def _variant(loop: dict, path: str, claim: str = "c") -> dict:
     req = loop["work"] / f"variant-{path}.json"
     req.write_text(json.dumps({"path": path, "claim": claim}))
-    r = run_cko("variant", "--request", str(req), "--target", loop["target"]["id"], "--json", store=loop["store"])
+    r = run_cko(
+        "variant", "--request", str(req), "--target", loop["target"]["id"], "--json", store=loop["store"]
+    )
     return {"code": r.code, "doc": r.json}
 
 
 def _experiment(loop: dict, variant: str, stage: str, seed: int = 3, **extra: object) -> tuple[int, dict]:
     req = loop["work"] / f"exp-{variant}-{stage}-{seed}.json"
     req.write_text(json.dumps({"stage": stage, "seed": seed, **extra}))
-    r = run_cko("experiment", "--request", str(req), "--target", loop["target"]["id"], "--variant", variant,
-                "--json", store=loop["store"], timeout=600)
+    r = run_cko(
+        "experiment",
+        "--request",
+        str(req),
+        "--target",
+        loop["target"]["id"],
+        "--variant",
+        variant,
+        "--json",
+        store=loop["store"],
+        timeout=600,
+    )
     return r.code, r.json
 
 
@@ -91,8 +110,16 @@ def test_target_is_frozen_with_matching_hash(loop: dict) -> None:
 
 def test_baseline_samples_and_resolution(loop: dict) -> None:
     req = loop["work"] / "baseline.json"
-    r = run_cko("baseline", "--request", str(req), "--target", loop["target"]["id"], "--json", store=loop["store"],
-                timeout=600)
+    r = run_cko(
+        "baseline",
+        "--request",
+        str(req),
+        "--target",
+        loop["target"]["id"],
+        "--json",
+        store=loop["store"],
+        timeout=600,
+    )
     assert r.code == 0, r.stderr
     doc = r.json
     rec = json.loads((loop["store"] / "baselines" / f"{doc['baseline']['id']}.json").read_text())
@@ -127,7 +154,9 @@ def test_screen_target_select_audit(loop: dict) -> None:
     code, screen = _experiment(loop, vid, "screen")
     assert code == 0
     assert screen["stage_outcome"] in ("promising", "open")  # a screen never accepts
-    sel = run_cko("champion", "select", "--experiment", screen["experiment"]["id"], "--json", store=loop["store"])
+    sel = run_cko(
+        "champion", "select", "--experiment", screen["experiment"]["id"], "--json", store=loop["store"]
+    )
     assert sel.code == 1 and sel.json["error"] == "not_target_stage"
     code, target = _experiment(loop, vid, "target")
     assert code == 0
@@ -139,7 +168,9 @@ def test_screen_target_select_audit(loop: dict) -> None:
     # stage decided, and select follows the stage outcome (the 25x cases in test_verdict_rules.py
     # carry the verdict-dependent checks that must not depend on an idle host).
     assert target["stage_outcome"] in ("accepted", "inconclusive"), target
-    sel = run_cko("champion", "select", "--experiment", target["experiment"]["id"], "--json", store=loop["store"])
+    sel = run_cko(
+        "champion", "select", "--experiment", target["experiment"]["id"], "--json", store=loop["store"]
+    )
     rep = loop["work"] / "report.html"
     r = run_cko("report", "--html", str(rep), "--json", store=loop["store"])
     assert r.code == 0 and "<svg" in rep.read_text() and "stage outcome" in rep.read_text()
@@ -149,7 +180,9 @@ def test_screen_target_select_audit(loop: dict) -> None:
     assert target["supports"]["claim_supported"] and target["supports"]["claim_layer"] == "kernel"
     assert sel.code == 0, sel.stdout
     # a second select of the same evidence loses: the champion is no longer the original it beat
-    again = run_cko("champion", "select", "--experiment", target["experiment"]["id"], "--json", store=loop["store"])
+    again = run_cko(
+        "champion", "select", "--experiment", target["experiment"]["id"], "--json", store=loop["store"]
+    )
     assert again.code == 1 and again.json["error"] == "champion_already_selected"
     show = run_cko("champion", "show", "--json", store=loop["store"]).json
     assert show["champion"]["variant"]["id"] == vid and len(show["history"]) == 1
@@ -180,8 +213,11 @@ def test_tampering_is_detected_by_verify_and_audit(loop: dict) -> None:
     assert run_cko("verify", "--json", store=loop["store"]).json["ok"] is True
     exp = sorted((loop["store"] / "experiments").glob("*.json"))[0]
     data = exp.read_bytes()
-    exp.write_bytes(data.replace(b'"stage":"screen"', b'"stage":"target"', 1) if b'"stage":"screen"' in data
-                    else data + b" ")
+    exp.write_bytes(
+        data.replace(b'"stage":"screen"', b'"stage":"target"', 1)
+        if b'"stage":"screen"' in data
+        else data + b" "
+    )
     v = run_cko("verify", "--json", store=loop["store"])
     a = run_cko("audit", "--json", store=loop["store"])
     exp.write_bytes(data)

@@ -30,7 +30,7 @@ class BadArguments(Exception):
 class ArgParser(argparse.ArgumentParser):
     """argparse that raises instead of printing usage and exiting."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> Any:
         raise BadArguments(message)
 
 

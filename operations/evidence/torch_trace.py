@@ -639,7 +639,13 @@ def scan_native(data: bytes, max_events: int) -> dict[str, Any] | None:
             return None
         gpu.append(
             (
-                start, d, cats[ci][0], names[ni], corr, ext, a,
+                start,
+                d,
+                cats[ci][0],
+                names[ni],
+                corr,
+                ext,
+                a,
                 None if op is None else names[op],
                 None if launch is None else (names[launch], launch_start),
             )
@@ -667,7 +673,13 @@ def _joined(head: dict[str, Any], scan: dict[str, Any], max_events: int) -> dict
     correlated = sum(map(launches.__contains__, map(itemgetter(4), gpu)))
     kept = [
         (
-            start, d, cat, name, corr, ext, a,
+            start,
+            d,
+            cat,
+            name,
+            corr,
+            ext,
+            a,
             ops.get(ext) if ext is not None else None,
             launches.get(corr) if corr is not None else None,
         )

@@ -45,8 +45,19 @@ class _Gpu(ctypes.Structure):
     _fields_ = [
         (f, _i64)
         for f in (
-            "start", "dur", "cat", "name", "corr", "ext", "args_off", "args_len",
-            "op", "launch", "launch_start", "index", "flags",
+            "start",
+            "dur",
+            "cat",
+            "name",
+            "corr",
+            "ext",
+            "args_off",
+            "args_len",
+            "op",
+            "launch",
+            "launch_start",
+            "index",
+            "flags",
         )
     ]
 
@@ -88,7 +99,12 @@ def load(library: Path = LIBRARY, source: Path = SOURCE) -> Any:
         return None
     lib.cko_trace_scan.restype = _i64
     lib.cko_trace_scan.argtypes = [
-        ctypes.c_char_p, _i64, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(_i64), _i64, _i64,
+        ctypes.c_char_p,
+        _i64,
+        ctypes.POINTER(ctypes.c_char_p),
+        ctypes.POINTER(_i64),
+        _i64,
+        _i64,
         ctypes.POINTER(_Result),
     ]
     lib.cko_trace_free.restype = None
@@ -138,7 +154,21 @@ class Scanned:
         if r.ngpu:
             rows = ctypes.string_at(r.gpu, r.ngpu * ctypes.sizeof(_Gpu))
             table = cast(list[list[int]], memoryview(rows).cast("q", (r.ngpu, len(_Gpu._fields_))).tolist())
-        for start, dur, cat, name, corr, ext, args_off, args_len, op, launch, launch_start, _index, f in table:
+        for (
+            start,
+            dur,
+            cat,
+            name,
+            corr,
+            ext,
+            args_off,
+            args_len,
+            op,
+            launch,
+            launch_start,
+            _index,
+            f,
+        ) in table:
             self.gpu.append(
                 (
                     start,

@@ -52,7 +52,9 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def run_driver(plan: MeasurePlan, sub: DriverRequest, n: int, work: Path) -> tuple[DriverResult | None, dict[str, Any]]:
+def run_driver(
+    plan: MeasurePlan, sub: DriverRequest, n: int, work: Path
+) -> tuple[DriverResult | None, dict[str, Any]]:
     d = work / f"p{n:04d}"
     d.mkdir(parents=True)
     result_path = d / "result.json"
@@ -61,12 +63,20 @@ def run_driver(plan: MeasurePlan, sub: DriverRequest, n: int, work: Path) -> tup
     req_path = d / "request.json"
     req_path.write_text(sub.model_dump_json())
     role = {"CKO_ROLE": "supervisor"} if plan.boundary == "workers" else {}
-    env = {k: v for k, v in os.environ.items()} | plan.driver.env | {"CKO_DRIVER_REQUEST": str(req_path)} | role
+    env = (
+        {k: v for k, v in os.environ.items()} | plan.driver.env | {"CKO_DRIVER_REQUEST": str(req_path)} | role
+    )
     info: dict[str, Any] = {"index": n, "subjects": [s.id for s in sub.subjects], "items": len(sub.schedule)}
     t0 = time.monotonic()
     with open(d / "stdout", "wb") as so, open(d / "stderr", "wb") as se:
-        proc = subprocess.Popen([*plan.driver.command, str(req_path)], cwd=plan.driver.cwd, env=env, stdout=so,
-                                stderr=se, start_new_session=True)
+        proc = subprocess.Popen(
+            [*plan.driver.command, str(req_path)],
+            cwd=plan.driver.cwd,
+            env=env,
+            stdout=so,
+            stderr=se,
+            start_new_session=True,
+        )
         try:
             code = proc.wait(timeout=plan.process_timeout_s)
         except subprocess.TimeoutExpired:
@@ -78,8 +88,11 @@ def run_driver(plan: MeasurePlan, sub: DriverRequest, n: int, work: Path) -> tup
     info["stderr_tail"] = _tail(d / "stderr")
     info["stdout_bytes"] = (d / "stdout").stat().st_size
     if code is None:
-        info["error"] = {"code": "driver_timed_out", "field": "driver",
-                         "message": f"driver process {n} ran past {plan.process_timeout_s:g}s and was killed"}
+        info["error"] = {
+            "code": "driver_timed_out",
+            "field": "driver",
+            "message": f"driver process {n} ran past {plan.process_timeout_s:g}s and was killed",
+        }
         return None, info
     failure_path = result_path.with_name(result_path.name + ".failure")
     if code != 0 and failure_path.is_file():
@@ -89,23 +102,40 @@ def run_driver(plan: MeasurePlan, sub: DriverRequest, n: int, work: Path) -> tup
         except ValueError:
             pass
     if code != 0:
-        hint = (" (a hand-written driver that does not call operations.driver.main needs driver.kind "
-                "harness_trusted)" if plan.boundary == "workers" else "")
-        info["error"] = {"code": "driver_crashed", "field": "driver",
-                         "message": f"driver process {n} exited with {code}{hint}: {info['stderr_tail'][-500:]}"}
+        hint = (
+            " (a hand-written driver that does not call operations.driver.main needs driver.kind "
+            "harness_trusted)"
+            if plan.boundary == "workers"
+            else ""
+        )
+        info["error"] = {
+            "code": "driver_crashed",
+            "field": "driver",
+            "message": f"driver process {n} exited with {code}{hint}: {info['stderr_tail'][-500:]}",
+        }
         return None, info
     if not result_path.is_file():
-        info["error"] = {"code": "result_not_written", "field": "result_path",
-                         "message": f"driver process {n} exited 0 but wrote no result"}
+        info["error"] = {
+            "code": "result_not_written",
+            "field": "result_path",
+            "message": f"driver process {n} exited 0 but wrote no result",
+        }
         return None, info
     try:
         raw = json.loads(result_path.read_bytes())
     except (OSError, ValueError) as exc:
-        info["error"] = {"code": "result_not_json", "field": "result", "message": f"result is not JSON: {exc}"}
+        info["error"] = {
+            "code": "result_not_json",
+            "field": "result",
+            "message": f"result is not JSON: {exc}",
+        }
         return None, info
     if isinstance(raw, dict) and raw.get("protocol") not in (None, sub.protocol):
-        info["error"] = {"code": "unknown_protocol", "field": "protocol",
-                         "message": f"result protocol {raw.get('protocol')!r}, expected {sub.protocol}"}
+        info["error"] = {
+            "code": "unknown_protocol",
+            "field": "protocol",
+            "message": f"result protocol {raw.get('protocol')!r}, expected {sub.protocol}",
+        }
         return None, info
     try:
         res = DriverResult.model_validate(raw)
@@ -124,10 +154,13 @@ def measure(plan: MeasurePlan, out: Path, work: Path) -> dict[str, Any]:
     if res is None:
         return doc
     if plan.boundary == "workers" and res.boundary != "workers":
-        doc["failure"] = {"code": "driver_not_helper", "field": "driver.kind",
-                          "message": "the driver did not run as cko's supervisor (it does not call "
-                                     "operations.driver.main); a hand-written driver needs driver.kind "
-                                     "harness_trusted, and its records say the candidate shared its process"}
+        doc["failure"] = {
+            "code": "driver_not_helper",
+            "field": "driver.kind",
+            "message": "the driver did not run as cko's supervisor (it does not call "
+            "operations.driver.main); a hand-written driver needs driver.kind "
+            "harness_trusted, and its records say the candidate shared its process",
+        }
         return doc
     errs = validate_result(plan.request, res)
     doc["contract_errors"] = [e.model_dump() for e in errs]

@@ -32,7 +32,9 @@ def main(argv: list[str]) -> int:
     reason = check_granted(granted, info["gpus"].get("uuids", []))
     if reason:
         with open(os.path.join(args.meta, "gpu-check.json"), "w") as f:
-            json.dump({"ok": False, "reason": reason, "granted": granted, "seen": info["gpus"].get("uuids")}, f)
+            json.dump(
+                {"ok": False, "reason": reason, "granted": granted, "seen": info["gpus"].get("uuids")}, f
+            )
         print(f"cko: {reason}", file=sys.stderr)
         return GPU_MISMATCH_EXIT
     sys.stdout.flush()

@@ -64,4 +64,3 @@ class LazyGroup(click.Group):
         if module is None:
             return None
         return _load(module).get(cmd_name)
-

@@ -25,8 +25,13 @@ def commands_cmd(store: Path, as_json: bool) -> Outcome:
     cat = catalogue()
     t = Table("command", "request schema", "result schema", "detach", "summary", title="cko commands")
     for c in cat:
-        t.add_row(c["name"], c["request_schema"] or "-", c["result_schema"] or "-",
-                  "yes" if c["detachable"] else "", c["summary"])
+        t.add_row(
+            c["name"],
+            c["request_schema"] or "-",
+            c["result_schema"] or "-",
+            "yes" if c["detachable"] else "",
+            c["summary"],
+        )
     return Outcome(doc={"commands": cat, "envelope": ENVELOPE_DOC, "exit_codes": EXIT_CODES}, human=t)
 
 
@@ -43,15 +48,28 @@ def _record_items(st: Store, kind: str) -> list[dict[str, Any]]:
     for p in sorted((st.root / kind).glob("*.json")):
         r = _read(p)
         tgt = r.get("target")
-        item = {"kind": kind[:-1], "id": p.stem, "created_at": r.get("created_at"),
-                "target": tgt.get("id") if isinstance(tgt, dict) else (tgt or (p.stem if kind == "targets" else None))}
+        item = {
+            "kind": kind[:-1],
+            "id": p.stem,
+            "created_at": r.get("created_at"),
+            "target": tgt.get("id")
+            if isinstance(tgt, dict)
+            else (tgt or (p.stem if kind == "targets" else None)),
+        }
         if kind == "experiments":
-            item |= {"stage": r.get("stage"), "state": r.get("outcome"), "variant": (r.get("variant") or {}).get("id"),
-                     "mechanism_key": r.get("mechanism_key")}
+            item |= {
+                "stage": r.get("stage"),
+                "state": r.get("outcome"),
+                "variant": (r.get("variant") or {}).get("id"),
+                "mechanism_key": r.get("mechanism_key"),
+            }
         elif kind == "targets":
             item |= {"name": r.get("name"), "state": r.get("mode")}
         elif kind == "variants":
-            item |= {"state": "identical" if r.get("identical_to_parent") else "changed", "claim": r.get("claim")}
+            item |= {
+                "state": "identical" if r.get("identical_to_parent") else "changed",
+                "claim": r.get("claim"),
+            }
         elif kind == "terminations":
             item |= {"state": "stopped", "reason": r.get("reason")}
         out.append(item)
@@ -65,9 +83,17 @@ def _invocation_items(st: Store) -> list[dict[str, Any]]:
         req, res = _read(d / "request.json"), _read(d / "result.json")
         parent = req.get("parent") or {}
         tgt = parent.get("target")
-        out.append({"kind": "invocation", "id": d.name, "created_at": req.get("created_at"), "op": req.get("op"),
-                    "label": req.get("label"), "state": res.get("state", "running"),
-                    "target": tgt.get("id") if isinstance(tgt, dict) else None})
+        out.append(
+            {
+                "kind": "invocation",
+                "id": d.name,
+                "created_at": req.get("created_at"),
+                "op": req.get("op"),
+                "label": req.get("label"),
+                "state": res.get("state", "running"),
+                "target": tgt.get("id") if isinstance(tgt, dict) else None,
+            }
+        )
     return out
 
 
@@ -81,8 +107,17 @@ def _operation_items(st: Store) -> list[dict[str, Any]]:
             op = load_op(st, op_id)
         except (OSError, ValueError, KeyError):
             continue
-        out.append({"kind": "operation", "id": op_id, "created_at": op.get("created_at"), "state": op["state"],
-                    "op": " ".join(a for a in op["argv"][:1]), "label": " ".join(op["argv"]), "target": None})
+        out.append(
+            {
+                "kind": "operation",
+                "id": op_id,
+                "created_at": op.get("created_at"),
+                "state": op["state"],
+                "op": " ".join(a for a in op["argv"][:1]),
+                "label": " ".join(op["argv"]),
+                "target": None,
+            }
+        )
     return out
 
 
@@ -99,17 +134,35 @@ def list_items(st: Store, kinds: list[str]) -> list[dict[str, Any]]:
 
 
 @click.command("ls")
-@click.option("--kind", "kinds", multiple=True, type=click.Choice(LS_KINDS),
-              help="What to list (repeatable; default: all).")
+@click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    type=click.Choice(LS_KINDS),
+    help="What to list (repeatable; default: all).",
+)
 @click.option("--target", "target", help="Only items of this Target.")
-@click.option("--state", "state", help="Only this state: an invocation's or operation's state, an experiment's "
-              "stage outcome (accepted, regressed, ...).")
-@click.option("--stage", type=click.Choice(["screen", "target", "audit"]), help="Only experiments of this stage.")
+@click.option(
+    "--state",
+    "state",
+    help="Only this state: an invocation's or operation's state, an experiment's "
+    "stage outcome (accepted, regressed, ...).",
+)
+@click.option(
+    "--stage", type=click.Choice(["screen", "target", "audit"]), help="Only experiments of this stage."
+)
 @click.option("--limit", type=click.IntRange(min=1), help="Only the newest N items.")
 @common
 @handled
-def ls_cmd(store: Path, as_json: bool, kinds: tuple[str, ...], target: str | None, state: str | None,
-           stage: str | None, limit: int | None) -> Outcome:
+def ls_cmd(
+    store: Path,
+    as_json: bool,
+    kinds: tuple[str, ...],
+    target: str | None,
+    state: str | None,
+    stage: str | None,
+    limit: int | None,
+) -> Outcome:
     """List operations, invocations, Targets, variants, baselines, experiments and terminations, oldest first."""
     if target:
         check_id(target, "target")
@@ -128,8 +181,14 @@ def ls_cmd(store: Path, as_json: bool, kinds: tuple[str, ...], target: str | Non
     t = Table("kind", "id", "created", "state", "target", "detail", title=f"cko ls {st.root}")
     for i in items:
         detail = i.get("label") or i.get("name") or i.get("claim") or i.get("reason") or i.get("stage") or ""
-        t.add_row(i["kind"], i["id"], i.get("created_at") or "-", str(i.get("state") or "-"), i.get("target") or "-",
-                  str(detail))
+        t.add_row(
+            i["kind"],
+            i["id"],
+            i.get("created_at") or "-",
+            str(i.get("state") or "-"),
+            i.get("target") or "-",
+            str(detail),
+        )
     return Outcome(doc={"items": items, "kinds": chosen}, human=t)
 
 

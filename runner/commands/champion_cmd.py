@@ -28,32 +28,53 @@ def champion() -> None:
 def show_cmd(store: Path, as_json: bool, target: str | None) -> Outcome:
     """Each Target's champion pointer and the history of selections. A dangling pointer is exit 1."""
     doc = champion_mod.show(Store(store, create=False), target)
-    t = Table("selection", "target", "action", "variant", "experiment", "evidence", "at", title="champion history")
+    t = Table(
+        "selection", "target", "action", "variant", "experiment", "evidence", "at", title="champion history"
+    )
     for h in doc["history"]:
-        t.add_row(h["id"], h["target"], h["action"], h["variant"] or "(original)", h["experiment"] or "-",
-                  h["evidence"] or "-", h["created_at"])
-    heads = [f"champion of {tid}: {(c['pointer'].get('variant') or {}).get('id') or 'the original'} "
-             f"(pointer {c['pointer_sha256'][:16]})" for tid, c in doc["champions"].items()]
+        t.add_row(
+            h["id"],
+            h["target"],
+            h["action"],
+            h["variant"] or "(original)",
+            h["experiment"] or "-",
+            h["evidence"] or "-",
+            h["created_at"],
+        )
+    heads = [
+        f"champion of {tid}: {(c['pointer'].get('variant') or {}).get('id') or 'the original'} "
+        f"(pointer {c['pointer_sha256'][:16]})"
+        for tid, c in doc["champions"].items()
+    ]
     return Outcome(doc=doc, human=t, extra_human=heads or ["champion: none selected (the originals stand)"])
 
 
 @champion.command("select")
 @click.option("--experiment", "experiment", required=True, help="The formal target stage that accepted.")
 @click.option("--reason", default="selected by the caller", show_default=True)
-@click.option("--allow-harness-trusted", is_flag=True,
-              help="Take evidence from a hand-written driver (the candidate shared the harness's process).")
+@click.option(
+    "--allow-harness-trusted",
+    is_flag=True,
+    help="Take evidence from a hand-written driver (the candidate shared the harness's process).",
+)
 @common
 @handled
-def select_cmd(store: Path, as_json: bool, experiment: str, reason: str, allow_harness_trusted: bool) -> Outcome:
+def select_cmd(
+    store: Path, as_json: bool, experiment: str, reason: str, allow_harness_trusted: bool
+) -> Outcome:
     """Make an experiment's candidate its Target's champion. Needs the formal target stage of that
     candidate with outcome accepted (primary accepted and every constraint ok), a verdict the stored
     samples give again, a passed accuracy gate and a comparable identity; otherwise exit 1 with the
     missing evidence by code. The Target's pointer is replaced by compare-and-swap."""
     doc, code = champion_mod.select(Store(store, create=False), experiment, reason, allow_harness_trusted)
     stages = ", ".join(f"{s['stage']} {s['experiment']['id']}: {s['outcome']}" for s in doc["stages"])
-    return Outcome(doc=doc, human=f"champion of {doc['target']}: {doc['champion']['variant']['id']} "
-                   f"(selection {doc['selection']['id']})", exit_code=code,
-                   extra_human=[f"stages: {stages}", f"evidence supports: {doc['supports']['statement']}"])
+    return Outcome(
+        doc=doc,
+        human=f"champion of {doc['target']}: {doc['champion']['variant']['id']} "
+        f"(selection {doc['selection']['id']})",
+        exit_code=code,
+        extra_human=[f"stages: {stages}", f"evidence supports: {doc['supports']['statement']}"],
+    )
 
 
 @champion.command("restore")
@@ -65,8 +86,12 @@ def select_cmd(store: Path, as_json: bool, experiment: str, reason: str, allow_h
 def restore_cmd(store: Path, as_json: bool, target: str, audit_id: str | None, reason: str | None) -> Outcome:
     """Point a Target's champion back at the original: needs a rejecting audit or an explicit reason."""
     doc, code = champion_mod.restore(Store(store, create=False), target, reason, audit_id)
-    return Outcome(doc=doc, human=f"champion of {target}: the original (selection {doc['selection']['id']}, "
-                   f"evidence {doc['evidence']})", exit_code=code)
+    return Outcome(
+        doc=doc,
+        human=f"champion of {target}: the original (selection {doc['selection']['id']}, "
+        f"evidence {doc['evidence']})",
+        exit_code=code,
+    )
 
 
 @click.command("audit")
@@ -76,8 +101,14 @@ def restore_cmd(store: Path, as_json: bool, target: str, audit_id: str | None, r
 @common
 @handled
 @detachable()
-def audit_cmd(store: Path, as_json: bool, junit_path: Path | None, pairs: int | None, fleet: str | None,
-              gpu_model: str | None) -> Outcome:
+def audit_cmd(
+    store: Path,
+    as_json: bool,
+    junit_path: Path | None,
+    pairs: int | None,
+    fleet: str | None,
+    gpu_model: str | None,
+) -> Outcome:
     """For CI: verify every hash and recorded verdict, then re-run the original against each Target's
     champion in the pinned image. Exit 0 holds, 1 does not hold, 5 could not check (image or
     environment unavailable, a void re-run); the JUnit file says the same (failure / error)."""
@@ -92,9 +123,15 @@ def audit_cmd(store: Path, as_json: bool, junit_path: Path | None, pairs: int | 
 
 
 @click.command("report")
-@click.option("--html", "html_path", type=click.Path(path_type=Path), help="Write an HTML report with plots here.")
-@click.option("--handoff", "handoff_path", type=click.Path(path_type=Path, allow_dash=True),
-              help="Write the handoff summary (Markdown, facts from the records only) here; - for stdout.")
+@click.option(
+    "--html", "html_path", type=click.Path(path_type=Path), help="Write an HTML report with plots here."
+)
+@click.option(
+    "--handoff",
+    "handoff_path",
+    type=click.Path(path_type=Path, allow_dash=True),
+    help="Write the handoff summary (Markdown, facts from the records only) here; - for stdout.",
+)
 @common
 @handled
 def report_cmd(store: Path, as_json: bool, html_path: Path | None, handoff_path: Path | None) -> Outcome:
@@ -137,14 +174,26 @@ def demo_cmd(store: Path, as_json: bool, example: str) -> Outcome:
     if ctx.get_parameter_source("store") is not click.core.ParameterSource.COMMANDLINE:
         store = Path("cko-demo") / time.strftime("run-%Y%m%dT%H%M%S")
     summary = run_demo(store, example, console(as_json) if not as_json else progress_console())
-    t = Table("case", "pairs", "gain %", "95% CI %", "case verdict", title=f"cko demo: {example} "
-              f"(target stage outcome: {summary['target_outcome']})")
+    t = Table(
+        "case",
+        "pairs",
+        "gain %",
+        "95% CI %",
+        "case verdict",
+        title=f"cko demo: {example} (target stage outcome: {summary['target_outcome']})",
+    )
     for c in summary["cases"]:
-        t.add_row(c["case"], str(c["pairs"]), f"{c['effect_pct']:+.2f}" if c.get("effect_pct") is not None else "-",
-                  f"[{c['ci_low_pct']:+.2f}, {c['ci_high_pct']:+.2f}]" if c.get("ci_low_pct") is not None else "-",
-                  str(c["case_verdict_text"]))
-    lines = [f"target stage outcome: {summary['target_outcome']}; audit: {summary['audit_answer']}",
-             f"store: {summary['store']}  (report.html, report.txt, audit.junit.xml)  in {summary['seconds']} s"]
+        t.add_row(
+            c["case"],
+            str(c["pairs"]),
+            f"{c['effect_pct']:+.2f}" if c.get("effect_pct") is not None else "-",
+            f"[{c['ci_low_pct']:+.2f}, {c['ci_high_pct']:+.2f}]" if c.get("ci_low_pct") is not None else "-",
+            str(c["case_verdict_text"]),
+        )
+    lines = [
+        f"target stage outcome: {summary['target_outcome']}; audit: {summary['audit_answer']}",
+        f"store: {summary['store']}  (report.html, report.txt, audit.junit.xml)  in {summary['seconds']} s",
+    ]
     return Outcome(doc=summary, human=t, extra_human=lines)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Group
@@ -24,31 +25,48 @@ def doctor_cmd(store: Path, as_json: bool) -> Outcome:
     rep = diagnose()
     t = Table("check", "status", "detail", title="cko doctor")
     eng = rep["engine"]
-    t.add_row("engine", "ok" if eng["reachable"] else "BLOCKED",
-              f"Docker {eng.get('version')} ({eng.get('default_runtime')}, cgroup v{eng.get('cgroup_version')})"
-              if eng["reachable"] else eng["reason"])
+    t.add_row(
+        "engine",
+        "ok" if eng["reachable"] else "BLOCKED",
+        f"Docker {eng.get('version')} ({eng.get('default_runtime')}, cgroup v{eng.get('cgroup_version')})"
+        if eng["reachable"]
+        else eng["reason"],
+    )
     for r in rep["images"]:
-        state = "ok" if r.get("present") and not r.get("stale") else ("stale" if r.get("stale") else "missing")
+        state = (
+            "ok" if r.get("present") and not r.get("stale") else ("stale" if r.get("stale") else "missing")
+        )
         t.add_row(f"image {r['name']}", state, (r.get("image_id") or "")[:19])
     g = rep["gpu"]
     if g["available"]:
         for d in g["devices"]:
-            t.add_row(f"gpu {d['index']}", "ok", f"{d['name']} {d['uuid']} sm_{d['compute_capability'].replace('.', '')}")
+            t.add_row(
+                f"gpu {d['index']}",
+                "ok",
+                f"{d['name']} {d['uuid']} sm_{d['compute_capability'].replace('.', '')}",
+            )
         t.add_row("driver", "ok", f"{g['driver_version']} (CUDA {g['cuda_driver_version']})")
     else:
         t.add_row("gpu", "none", g.get("note") or g.get("reason") or "")
     for p in rep["passthrough"]:
         t.add_row(f"passthrough {p['mode']}", "usable" if p["usable"] else "no", p.get("reason") or "")
     prof = rep["profiler"]
-    t.add_row("profiler counters", {True: "readable", False: "restricted", None: "-"}[prof.get("readable")],
-              prof.get("reason") or "")
+    t.add_row(
+        "profiler counters",
+        {True: "readable", False: "restricted", None: "-"}[prof.get("readable")],
+        prof.get("reason") or "",
+    )
     pr = rep.get("policy") or {}
-    t.add_row("policy", "BLOCKED" if pr.get("error") else "ok",
-              pr.get("error") or f"system: {pr.get('system_policy')}; caller: {pr.get('caller_policy') or '-'}; "
-                                 f"mount_roots: {pr.get('mount_roots') or 'any (except never-allowed)'}")
+    t.add_row(
+        "policy",
+        "BLOCKED" if pr.get("error") else "ok",
+        pr.get("error")
+        or f"system: {pr.get('system_policy')}; caller: {pr.get('caller_policy') or '-'}; "
+        f"mount_roots: {pr.get('mount_roots') or 'any (except never-allowed)'}",
+    )
     if not pr.get("error"):
         t.add_row("ledger key", "keyed" if pr.get("ledger_head_dir") else "-", str(pr.get("ledger_key")))
-    parts: list = [t]
+    parts: list[Any] = [t]
     if rep["blockers"]:
         b = Table("blocker", "reason", "cheapest next step", title="blockers")
         for x in rep["blockers"]:

@@ -135,9 +135,7 @@ def _head(doc: dict[str, Any], inv: str) -> str:
         f"report sha256 {str(doc.get('report_sha256'))[:16]}… · invocation {inv}"
     ]
     for m in doc.get("identity_mismatch") or []:
-        lines.append(
-            f"IDENTITY MISMATCH {m['field']}: bound {m['bound']!r}, report {m['report']!r}"
-        )
+        lines.append(f"IDENTITY MISMATCH {m['field']}: bound {m['bound']!r}, report {m['report']!r}")
     return "\n".join(lines)
 
 
@@ -281,9 +279,15 @@ def profile() -> None:
     type=click.Path(path_type=Path),
     help="ncu --csv output (--page raw or details).",
 )
-@click.option("--collect", is_flag=True, help="Run the Target's driver under ncu in the sandbox (needs --request).")
-@click.option("--request", "request", type=click.Path(path_type=Path),
-              help="With --collect: {target, subject (original or a variant id), case, reps, ncu_args}.")
+@click.option(
+    "--collect", is_flag=True, help="Run the Target's driver under ncu in the sandbox (needs --request)."
+)
+@click.option(
+    "--request",
+    "request",
+    type=click.Path(path_type=Path),
+    help="With --collect: {target, subject (original or a variant id), case, reps, ncu_args}.",
+)
 @_tool_version
 @click.option(
     "--version-file",
@@ -320,11 +324,15 @@ def profile_ncu(
         creq, _ = load(request)
         if target:
             creq = creq.model_copy(update={"target": target})
-        doc, code = collect_ncu(Store(store), creq, say,
-                                policy_path=str(policy) if policy else None, parse_memory=memory)
+        doc, code = collect_ncu(
+            Store(store), creq, say, policy_path=str(policy) if policy else None, parse_memory=memory
+        )
         facts = doc.get("facts") or {}
-        return Outcome(doc=doc, human=_human_ncu(facts, doc["collection"]["id"]) if code == 0 and facts else doc,
-                       exit_code=code)
+        return Outcome(
+            doc=doc,
+            human=_human_ncu(facts, doc["collection"]["id"]) if code == 0 and facts else doc,
+            exit_code=code,
+        )
     if report is None:
         raise bad_request("--report is required (or --collect --request F)", field="report")
     rep = _file(report, "report")
@@ -367,7 +375,9 @@ def profile_nsys(
     if tool_version:
         args += ["--tool-version", tool_version]
     args += _binding(Store(store), target)
-    result = _run(store, "profile-nsys", args, {REPORT_NAMES["nsys"]: rep}, "cpu", "profile nsys", policy, memory)
+    result = _run(
+        store, "profile-nsys", args, {REPORT_NAMES["nsys"]: rep}, "cpu", "profile nsys", policy, memory
+    )
     return _finish(result, "profile-nsys", _human_nsys)
 
 
@@ -399,7 +409,9 @@ def profile_torch(
     if tool_version:
         args += ["--tool-version", tool_version]
     args += _binding(Store(store), target)
-    result = _run(store, "profile-torch", args, {REPORT_NAMES["torch"]: rep}, "cpu", "profile torch", policy, memory)
+    result = _run(
+        store, "profile-torch", args, {REPORT_NAMES["torch"]: rep}, "cpu", "profile torch", policy, memory
+    )
     return _finish(result, "profile-torch", _human_torch)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
@@ -33,7 +34,7 @@ def parse_gpus(text: str | None) -> list[str]:
     return [g.strip() for g in text.split(",") if g.strip()]
 
 
-def invocation_table(res: dict) -> Table:
+def invocation_table(res: dict[str, Any]) -> Table:
     t = Table(show_header=False, box=None)
     for k in ("id", "state", "exit_code", "container_exit_code", "reason", "duration_s"):
         if res.get(k) is not None:
@@ -48,33 +49,76 @@ def invocation_table(res: dict) -> Table:
 
 
 @click.command("exec", context_settings={"ignore_unknown_options": True})
-@click.option("--image", default="cpu", show_default=True, help="An image name from the lock (cpu, cuda, torch-cpu, a project recipe).")
-@click.option("--gpus", help="all, none, or a comma-separated list of GPU UUIDs (or indexes); with --fleet, a count.")
-@click.option("--gpu-mode", type=click.Choice(["nvidia", "cdi", "devices", "none"]),
-              help="GPU passthrough mode (default: the best usable, see `cko doctor`).")
-@click.option("--timeout", "timeout", type=float, default=600.0, show_default=True, help="Seconds before stop/kill.")
+@click.option(
+    "--image",
+    default="cpu",
+    show_default=True,
+    help="An image name from the lock (cpu, cuda, torch-cpu, a project recipe).",
+)
+@click.option(
+    "--gpus", help="all, none, or a comma-separated list of GPU UUIDs (or indexes); with --fleet, a count."
+)
+@click.option(
+    "--gpu-mode",
+    type=click.Choice(["nvidia", "cdi", "devices", "none"]),
+    help="GPU passthrough mode (default: the best usable, see `cko doctor`).",
+)
+@click.option(
+    "--timeout", "timeout", type=float, default=600.0, show_default=True, help="Seconds before stop/kill."
+)
 @click.option("--mount", "mounts", multiple=True, help="SRC:DST[:ro|rw] (default ro). Repeatable.")
-@click.option("--memory", default=None, help="Memory limit (e.g. 512m, 4g); default: the policy's default_memory.")
+@click.option(
+    "--memory", default=None, help="Memory limit (e.g. 512m, 4g); default: the policy's default_memory."
+)
 @click.option("--pids", default=None, type=int, help="Process limit; default: the policy's default_pids.")
-@click.option("--cpus", type=float, help="CPU limit (cores); default: the policy's default_cpus (always set).")
+@click.option(
+    "--cpus", type=float, help="CPU limit (cores); default: the policy's default_cpus (always set)."
+)
 @click.option("--workdir", default="/tmp", show_default=True, help="Working directory inside the container.")
-@click.option("--policy", "policy", type=click.Path(path_type=Path), help="Ops policy YAML (default $CKO_POLICY).")
+@click.option(
+    "--policy", "policy", type=click.Path(path_type=Path), help="Ops policy YAML (default $CKO_POLICY)."
+)
 @fleet_options
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @common
 @handled
-def exec_cmd(store: Path, as_json: bool, image: str, gpus: str | None, gpu_mode: str | None, timeout: float,
-             mounts: tuple[str, ...], memory: str | None, pids: int | None, cpus: float | None, workdir: str,
-             policy: Path | None, fleet: str | None, gpu_model: str | None, cmd: tuple[str, ...]) -> Outcome:
+def exec_cmd(
+    store: Path,
+    as_json: bool,
+    image: str,
+    gpus: str | None,
+    gpu_mode: str | None,
+    timeout: float,
+    mounts: tuple[str, ...],
+    memory: str | None,
+    pids: int | None,
+    cpus: float | None,
+    workdir: str,
+    policy: Path | None,
+    fleet: str | None,
+    gpu_model: str | None,
+    cmd: tuple[str, ...],
+) -> Outcome:
     """Run CMD in the sandbox as a recorded Invocation (builds, compiler runs, probes).
 
     Output files written under /cko/out inside the container are hashed into the store.
     Exit code: 0 if CMD succeeded, 1 if it failed, 4 if it timed out, 3 if refused by policy.
     """
-    plan = Plan(op="exec", command=list(cmd), image=image, gpus=parse_gpus(gpus), gpu_mode=gpu_mode,
-                mounts=[parse_mount(m) for m in mounts], timeout_s=timeout, memory=memory, pids=pids, cpus=cpus,
-                label="exec " + " ".join(cmd)[:80], workdir=workdir,
-                policy_path=str(policy) if policy else None)
+    plan = Plan(
+        op="exec",
+        command=list(cmd),
+        image=image,
+        gpus=parse_gpus(gpus),
+        gpu_mode=gpu_mode,
+        mounts=[parse_mount(m) for m in mounts],
+        timeout_s=timeout,
+        memory=memory,
+        pids=pids,
+        cpus=cpus,
+        label="exec " + " ".join(cmd)[:80],
+        workdir=workdir,
+        policy_path=str(policy) if policy else None,
+    )
     if fleet and gpus and gpus.isdigit():
         plan.gpus = [str(i) for i in range(int(gpus))]  # a count: Ray picks the GPUs on the node
     st = Store(store)

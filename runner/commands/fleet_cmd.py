@@ -220,8 +220,11 @@ def combine_cmd(store: Path, as_json: bool, results_path: Path) -> Outcome:
         raise bad_request("results: must be a JSON array of per-device analyses", field="results")
     for i, item in enumerate(raw):
         if not isinstance(item, dict):
-            raise bad_request(f"results[{i}]: must be an object (device, verdict, effect_pct, ...), not "
-                              f"{type(item).__name__}", field=f"results[{i}]")
+            raise bad_request(
+                f"results[{i}]: must be an object (device, verdict, effect_pct, ...), not "
+                f"{type(item).__name__}",
+                field=f"results[{i}]",
+            )
     c = combine_per_device(raw)
     t = Table(title=f"combined verdict: {c.verdict}")
     for col in ("device", "verdict", "effect %", "CI %"):

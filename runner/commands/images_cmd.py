@@ -30,15 +30,28 @@ def _build_args(values: tuple[str, ...]) -> dict[str, str]:
 
 @images.command("build")
 @click.argument("names", nargs=-1)
-@click.option("--offline", is_flag=True, help="Accepted for compatibility: cko's own images are always built "
-              "offline (a debootstrap root and a local wheelhouse; no registry).")
+@click.option(
+    "--offline",
+    is_flag=True,
+    help="Accepted for compatibility: cko's own images are always built "
+    "offline (a debootstrap root and a local wheelhouse; no registry).",
+)
 @click.option("--base-image", help="A Dockerfile image (cuda): use this local image (id or tag) as its base.")
 @click.option("--if-missing", is_flag=True, help="Skip images whose lock entry is present and up to date.")
-@click.option("--build-arg", "build_args", multiple=True, help="KEY=VALUE passed to docker build (Dockerfile images).")
+@click.option(
+    "--build-arg", "build_args", multiple=True, help="KEY=VALUE passed to docker build (Dockerfile images)."
+)
 @common
 @handled
-def build_cmd(store: Path, as_json: bool, names: tuple[str, ...], offline: bool, base_image: str | None,
-              if_missing: bool, build_args: tuple[str, ...]) -> Outcome:
+def build_cmd(
+    store: Path,
+    as_json: bool,
+    names: tuple[str, ...],
+    offline: bool,
+    base_image: str | None,
+    if_missing: bool,
+    build_args: tuple[str, ...],
+) -> Outcome:
     """Build images by name (default: cpu) or recipe file, and record their ids in the lock."""
     chosen = list(names) or ["cpu"]
     bargs = _build_args(build_args)
@@ -50,13 +63,20 @@ def build_cmd(store: Path, as_json: bool, names: tuple[str, ...], offline: bool,
             if row.get("present") and row.get("stale") is False:
                 skipped.append(name)
                 continue
-        entry, facts = imagebuild.build_image(name, offline=offline, base_image=base_image,
-                                              progress=say, build_args=bargs)
+        entry, facts = imagebuild.build_image(
+            name, offline=offline, base_image=base_image, progress=say, build_args=bargs
+        )
         built.append(entry.model_dump(mode="json", exclude_none=True) | facts)
     table = Table("image", "id", "reproducible", "size", "seconds", "lock")
     for e in built:
-        table.add_row(e["name"], e["image_id"][:19], str(e["reproducible"]), f"{(e.get('size_bytes') or 0) / 1e6:.0f} MB",
-                      str(e["seconds"]), "updated" if e["lock_changed"] else "unchanged")
+        table.add_row(
+            e["name"],
+            e["image_id"][:19],
+            str(e["reproducible"]),
+            f"{(e.get('size_bytes') or 0) / 1e6:.0f} MB",
+            str(e["seconds"]),
+            "updated" if e["lock_changed"] else "unchanged",
+        )
     for name in skipped:
         table.add_row(name, "(up to date)", "", "", "", "unchanged")
     return Outcome(doc={"built": built, "skipped": skipped, "lock": str(img.lock_path())}, human=table)
@@ -74,11 +94,23 @@ def list_cmd(store: Path, as_json: bool) -> Outcome:
     rows = img.image_status(client)
     table = Table("image", "id", "present", "stale", "reproducible", "size")
     for r in rows:
-        table.add_row(r["name"], (r.get("image_id") or "-")[:19], str(r.get("present")), str(r.get("stale")),
-                      str(r.get("reproducible", "-")),
-                      f"{(r.get('size_bytes') or 0) / 1e6:.0f} MB" if r.get("size_bytes") else "-")
-    return Outcome(doc={"images": rows, "recipes": img.known_recipes(), "engine_reachable": client is not None,
-                        "lock": str(img.lock_path())}, human=table)
+        table.add_row(
+            r["name"],
+            (r.get("image_id") or "-")[:19],
+            str(r.get("present")),
+            str(r.get("stale")),
+            str(r.get("reproducible", "-")),
+            f"{(r.get('size_bytes') or 0) / 1e6:.0f} MB" if r.get("size_bytes") else "-",
+        )
+    return Outcome(
+        doc={
+            "images": rows,
+            "recipes": img.known_recipes(),
+            "engine_reachable": client is not None,
+            "lock": str(img.lock_path()),
+        },
+        human=table,
+    )
 
 
 def _image_id(ref: str) -> str:
@@ -95,7 +127,9 @@ def _image_id(ref: str) -> str:
 
 @images.command("save")
 @click.argument("image")
-@click.option("--to", "to", type=click.Path(path_type=Path), help="Write the archive here instead of into the store.")
+@click.option(
+    "--to", "to", type=click.Path(path_type=Path), help="Write the archive here instead of into the store."
+)
 @common
 @handled
 def save_cmd(store: Path, as_json: bool, image: str, to: Path | None) -> Outcome:
@@ -136,7 +170,9 @@ def push_cmd(store: Path, as_json: bool, image: str, registry: str, repository: 
     if name:
         entry = img.load_lock().images[name]
         if doc["ref"] not in entry.registry_refs:
-            img.save_entry(entry.model_copy(update={"registry_refs": sorted([*entry.registry_refs, doc["ref"]])}))
+            img.save_entry(
+                entry.model_copy(update={"registry_refs": sorted([*entry.registry_refs, doc["ref"]])})
+            )
     return Outcome(doc=doc, human=f"pushed {image_id[:19]} as {doc['ref']}")
 
 

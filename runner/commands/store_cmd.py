@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
@@ -24,7 +25,7 @@ from ..verify import verify_store
 from .exec_cmd import invocation_table
 
 
-def _events(store: Store, inv_id: str) -> list[dict]:
+def _events(store: Store, inv_id: str) -> list[dict[str, Any]]:
     p = inv_dir(store, inv_id) / "events.jsonl"
     if not p.exists():
         return []
@@ -39,15 +40,30 @@ def _events(store: Store, inv_id: str) -> list[dict]:
 
 @click.command("status")
 @click.argument("inv_id")
-@click.option("--follow", is_flag=True, help="Print events as they arrive (stderr; JSON lines with --json) "
-              "until it ends; then the document, with the operation's exit code.")
-@click.option("--wait", "wait", is_flag=True, help="Block until it ends; then the document, with the "
-              "operation's exit code.")
-@click.option("--timeout", "timeout_s", type=float, default=None, help="With --follow/--wait: give up after "
-              "this many seconds (exit 4, still running).")
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Print events as they arrive (stderr; JSON lines with --json) "
+    "until it ends; then the document, with the operation's exit code.",
+)
+@click.option(
+    "--wait",
+    "wait",
+    is_flag=True,
+    help="Block until it ends; then the document, with the operation's exit code.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=None,
+    help="With --follow/--wait: give up after this many seconds (exit 4, still running).",
+)
 @common
 @handled
-def status_cmd(store: Path, as_json: bool, inv_id: str, follow: bool, wait: bool, timeout_s: float | None) -> Outcome:
+def status_cmd(
+    store: Path, as_json: bool, inv_id: str, follow: bool, wait: bool, timeout_s: float | None
+) -> Outcome:
     """Show one invocation (inv-...) or detached operation (op-...): its terminal state, or that it is
     still running, with its events. Exit 0 without --follow/--wait; with them, the operation's own
     exit code once it ends (4 when --timeout passes first)."""
@@ -61,25 +77,43 @@ def status_cmd(store: Path, as_json: bool, inv_id: str, follow: bool, wait: bool
     if follow or wait:
         if not _watch(st, inv_id, d / "events.jsonl", is_op, follow, as_json, timeout_s):
             doc = _status_doc(st, inv_id, is_op)
-            return Outcome(doc=doc, human=f"{inv_id}: still running after {timeout_s} s", exit_code=Exit.TIMED_OUT)
+            return Outcome(
+                doc=doc, human=f"{inv_id}: still running after {timeout_s} s", exit_code=Exit.TIMED_OUT
+            )
     doc = _status_doc(st, inv_id, is_op)
-    code = (doc["operation"]["exit_code"] if is_op else doc["invocation"]["exit_code"]) if (follow or wait) else 0
+    code = (
+        (doc["operation"]["exit_code"] if is_op else doc["invocation"]["exit_code"])
+        if (follow or wait)
+        else 0
+    )
     return Outcome(doc=doc, human=_status_human(doc), exit_code=int(code or 0))
 
 
-def _status_doc(st: Store, inv_id: str, is_op: bool) -> dict:
+def _status_doc(st: Store, inv_id: str, is_op: bool) -> dict[str, Any]:
     if is_op:
         op = load_op(st, inv_id)
         events, _ = read_events(op_dir(st, inv_id) / "events.jsonl")
-        return {"invocation_id": inv_id, "kind": "operation", "state": op["state"], "running": op["running"],
-                "operation": op, "invocation": None, "events": events}
+        return {
+            "invocation_id": inv_id,
+            "kind": "operation",
+            "state": op["state"],
+            "running": op["running"],
+            "operation": op,
+            "invocation": None,
+            "events": events,
+        }
     res = load_result(st, inv_id)
-    return {"invocation_id": inv_id, "kind": "invocation", "state": res.state if res else "running",
-            "running": res is None, "invocation": res.model_dump(mode="json") if res else None,
-            "events": _events(st, inv_id)}
+    return {
+        "invocation_id": inv_id,
+        "kind": "invocation",
+        "state": res.state if res else "running",
+        "running": res is None,
+        "invocation": res.model_dump(mode="json") if res else None,
+        "events": _events(st, inv_id),
+    }
 
 
-def _status_human(doc: dict) -> Table:
+def _status_human(doc: dict[str, Any]) -> Table:
     if doc["invocation"] is not None:
         return invocation_table(doc["invocation"])
     t = Table(show_header=False, box=None)
@@ -90,7 +124,9 @@ def _status_human(doc: dict) -> Table:
         t.add_row("command", "cko " + " ".join(op["argv"]))
     if op.get("exit_code") is not None:
         t.add_row("exit code", str(op["exit_code"]))
-    t.add_row("last event", doc["events"][-1].get("message") or doc["events"][-1]["event"] if doc["events"] else "-")
+    t.add_row(
+        "last event", doc["events"][-1].get("message") or doc["events"][-1]["event"] if doc["events"] else "-"
+    )
     return t
 
 
@@ -98,8 +134,9 @@ def _ended(st: Store, inv_id: str, is_op: bool) -> bool:
     return not load_op(st, inv_id)["running"] if is_op else load_result(st, inv_id) is not None
 
 
-def _watch(st: Store, inv_id: str, events: Path, is_op: bool, follow: bool, as_json: bool,
-           timeout_s: float | None) -> bool:
+def _watch(
+    st: Store, inv_id: str, events: Path, is_op: bool, follow: bool, as_json: bool, timeout_s: float | None
+) -> bool:
     """Poll until it ends (True) or the timeout passes (False), printing new events when following."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     offset = 0
@@ -116,7 +153,7 @@ def _watch(st: Store, inv_id: str, events: Path, is_op: bool, follow: bool, as_j
         time.sleep(0.5)
 
 
-def print_event(e: dict, as_json: bool) -> None:
+def print_event(e: dict[str, Any], as_json: bool) -> None:
     if as_json:
         sys.stderr.write(json.dumps(e, sort_keys=True, default=str) + "\n")
         sys.stderr.flush()
@@ -127,7 +164,9 @@ def print_event(e: dict, as_json: bool) -> None:
 
 @click.command("cancel")
 @click.argument("inv_id")
-@click.option("--wait", "wait_s", type=float, default=30.0, show_default=True, help="Seconds to wait for the stop.")
+@click.option(
+    "--wait", "wait_s", type=float, default=30.0, show_default=True, help="Seconds to wait for the stop."
+)
 @common
 @handled
 def cancel_cmd(store: Path, as_json: bool, inv_id: str, wait_s: float) -> Outcome:
@@ -139,12 +178,16 @@ def cancel_cmd(store: Path, as_json: bool, inv_id: str, wait_s: float) -> Outcom
         raise bad_request(f"no invocation {inv_id} in {st.root}", field="ID")
     res = load_result(st, inv_id)
     if res is not None:
-        return Outcome(doc={"invocation_id": inv_id, "state": res.state, "cancelled": False, "note": "already ended"},
-                       human=f"{inv_id} already ended ({res.state})")
+        return Outcome(
+            doc={"invocation_id": inv_id, "state": res.state, "cancelled": False, "note": "already ended"},
+            human=f"{inv_id} already ended ({res.state})",
+        )
     if not active_lock(st, inv_id).is_held():
         reaped = reap_orphans(st)
-        return Outcome(doc={"invocation_id": inv_id, "cancelled": False, "state": "abandoned", "reaped": reaped},
-                       human=f"{inv_id} had no live controller: recorded as abandoned")
+        return Outcome(
+            doc={"invocation_id": inv_id, "cancelled": False, "state": "abandoned", "reaped": reaped},
+            human=f"{inv_id} had no live controller: recorded as abandoned",
+        )
     (d / "cancel").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     client = docker_client()
     for c in client.containers.list(all=True, filters={"label": f"{sandbox.LABEL}.invocation={inv_id}"}):
@@ -154,10 +197,15 @@ def cancel_cmd(store: Path, as_json: bool, inv_id: str, wait_s: float) -> Outcom
             pass
     res = wait_for_result(st, inv_id, wait_s)
     if res is None:
-        return Outcome(doc={"invocation_id": inv_id, "cancelled": True, "state": "running", "note": "stop requested"},
-                       human=f"stop requested for {inv_id}; it has not ended yet", exit_code=Exit.TIMED_OUT)
-    return Outcome(doc={"invocation_id": inv_id, "cancelled": res.state == "cancelled", "state": res.state},
-                   human=f"{inv_id}: {res.state}")
+        return Outcome(
+            doc={"invocation_id": inv_id, "cancelled": True, "state": "running", "note": "stop requested"},
+            human=f"stop requested for {inv_id}; it has not ended yet",
+            exit_code=Exit.TIMED_OUT,
+        )
+    return Outcome(
+        doc={"invocation_id": inv_id, "cancelled": res.state == "cancelled", "state": res.state},
+        human=f"{inv_id}: {res.state}",
+    )
 
 
 @click.command("verify")
@@ -171,8 +219,10 @@ def verify_cmd(store: Path, as_json: bool) -> Outcome:
     human: str | Table
     if rep["ok"]:
         c = rep["checked"]
-        human = (f"store {st.root}: OK — {c['objects']} objects, {c['records']} records, "
-                 f"{c['invocations']} invocations, {c['references']} references checked")
+        human = (
+            f"store {st.root}: OK — {c['objects']} objects, {c['records']} records, "
+            f"{c['invocations']} invocations, {c['references']} references checked"
+        )
     else:
         t = Table("path", "problem", title=f"store {st.root}: {len(rep['problems'])} problem(s)")
         for p in rep["problems"]:
@@ -194,8 +244,10 @@ def repair_cmd(store: Path, as_json: bool) -> Outcome:
 
     st = Store(store, create=False)
     rep = repair(st)
-    t = Table("action", title=f"store {st.root}: {len(rep['actions'])} repair(s); verify "
-                              f"{'OK' if rep['ok'] else 'FAILED'}")
+    t = Table(
+        "action",
+        title=f"store {st.root}: {len(rep['actions'])} repair(s); verify {'OK' if rep['ok'] else 'FAILED'}",
+    )
     for a in rep["actions"]:
         t.add_row(a)
     for p in rep["verify"]["problems"]:
@@ -214,8 +266,10 @@ def reap_cmd(store: Path, as_json: bool) -> Outcome:
     reaped: list[str] = []
     if Path(store).is_dir():
         reaped = reap_orphans(Store(store, create=False), client)
-    return Outcome(doc={"expired_containers_removed": gone, "abandoned": reaped},
-                   human=f"{len(gone)} expired container(s) removed; {len(reaped)} invocation(s) recorded abandoned")
+    return Outcome(
+        doc={"expired_containers_removed": gone, "abandoned": reaped},
+        human=f"{len(gone)} expired container(s) removed; {len(reaped)} invocation(s) recorded abandoned",
+    )
 
 
 @click.command("schema")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
@@ -17,9 +18,14 @@ from ..workflow import ops
 from ..workflow.experiment import experiment
 from ..workflow.requests import BaselineRequest, ExperimentRequest, ReadinessRequest, VariantRequest
 
-REQUEST = click.option("--request", "request", required=True, type=click.Path(path_type=Path, allow_dash=True),
-                       help="Request JSON (see `cko schema NAME-request`), or - for stdin; paths are relative to "
-                            "its directory (stdin: the working directory).")
+REQUEST = click.option(
+    "--request",
+    "request",
+    required=True,
+    type=click.Path(path_type=Path, allow_dash=True),
+    help="Request JSON (see `cko schema NAME-request`), or - for stdin; paths are relative to "
+    "its directory (stdin: the working directory).",
+)
 TARGET = click.option("--target", "target", help="Target id (the stem of its file in the store).")
 
 
@@ -27,7 +33,7 @@ def _say(as_json: bool):  # type: ignore[no-untyped-def]
     return say
 
 
-def _kv(doc: dict, keys: list[str], title: str | None = None) -> Table:
+def _kv(doc: dict[str, Any], keys: list[str], title: str | None = None) -> Table:
     t = Table(show_header=False, box=None, title=title)
     for k in keys:
         if k in doc and doc[k] is not None:
@@ -42,7 +48,9 @@ def _kv(doc: dict, keys: list[str], title: str | None = None) -> Table:
 @common
 @handled
 @detachable(ReadinessRequest)
-def readiness_cmd(store: Path, as_json: bool, request: Path, fleet: str | None, gpu_model: str | None) -> Outcome:
+def readiness_cmd(
+    store: Path, as_json: bool, request: Path, fleet: str | None, gpu_model: str | None
+) -> Outcome:
     """Check the workload is measurable and freeze a Target (runs the two-sample smoke).
 
     Not ready: the blockers with the cheapest next step, exit 1, and no Target. With --fleet the
@@ -69,8 +77,9 @@ def readiness_cmd(store: Path, as_json: bool, request: Path, fleet: str | None, 
 @common
 @handled
 @detachable(BaselineRequest)
-def baseline_cmd(store: Path, as_json: bool, request: Path, target: str | None, fleet: str | None,
-                 gpu_model: str | None) -> Outcome:
+def baseline_cmd(
+    store: Path, as_json: bool, request: Path, target: str | None, fleet: str | None, gpu_model: str | None
+) -> Outcome:
     """Original-only samples per case, and A/A pairs that give the measurement resolution."""
     req, _ = ops.load_request(request, BaselineRequest)
     req = ops.with_ids(req, target=target)
@@ -95,22 +104,43 @@ def variant_cmd(store: Path, as_json: bool, request: Path, target: str | None) -
     req = ops.with_ids(req, target=target)
     st = Store(store)
     doc, code = ops.variant(st, req, base)
-    return Outcome(doc=doc, human=_kv(doc, ["variant", "snapshot", "changed", "identical_to_parent", "note"]),
-                   exit_code=code)
+    return Outcome(
+        doc=doc,
+        human=_kv(doc, ["variant", "snapshot", "changed", "identical_to_parent", "note"]),
+        exit_code=code,
+    )
 
 
-def experiment_table(doc: dict) -> Table:
+def experiment_table(doc: dict[str, Any]) -> Table:
     """Per-case rows under a title that carries the stage outcome; a case verdict that differs from
     the stage outcome says so in its own cell."""
-    t = Table("case", "pairs", "excluded", "reference median", "candidate median", "effect %", "CI %",
-              "Wilcoxon p", "case verdict",
-              title=f"{doc['stage']} {doc['experiment']['id']}: stage outcome {doc['stage_outcome_text']}")
+    t = Table(
+        "case",
+        "pairs",
+        "excluded",
+        "reference median",
+        "candidate median",
+        "effect %",
+        "CI %",
+        "Wilcoxon p",
+        "case verdict",
+        title=f"{doc['stage']} {doc['experiment']['id']}: stage outcome {doc['stage_outcome_text']}",
+    )
     for c in doc["cases"]:
-        ci = (f"[{c['ci_low_pct']:+.2f}, {c['ci_high_pct']:+.2f}]" if c.get("ci_low_pct") is not None else "-")
-        med = [f"{c[k]:.6g}" if c.get(k) is not None else "-" for k in ("reference_median", "candidate_median")]
-        t.add_row(c["case"], str(c["pairs"]), str(c["excluded"]), *med,
-                  f"{c['effect_pct']:+.2f}" if c.get("effect_pct") is not None else "-", ci,
-                  f"{c['wilcoxon_p']:.3g}" if c.get("wilcoxon_p") is not None else "-", c["case_verdict_text"])
+        ci = f"[{c['ci_low_pct']:+.2f}, {c['ci_high_pct']:+.2f}]" if c.get("ci_low_pct") is not None else "-"
+        med = [
+            f"{c[k]:.6g}" if c.get(k) is not None else "-" for k in ("reference_median", "candidate_median")
+        ]
+        t.add_row(
+            c["case"],
+            str(c["pairs"]),
+            str(c["excluded"]),
+            *med,
+            f"{c['effect_pct']:+.2f}" if c.get("effect_pct") is not None else "-",
+            ci,
+            f"{c['wilcoxon_p']:.3g}" if c.get("wilcoxon_p") is not None else "-",
+            c["case_verdict_text"],
+        )
     return t
 
 
@@ -118,23 +148,52 @@ def experiment_table(doc: dict) -> Table:
 @REQUEST
 @TARGET
 @click.option("--variant", "variant", help="Variant id (the candidate).")
-@click.option("--stage", type=click.Choice(["screen", "target", "audit"]), help="Override the request's stage.")
-@click.option("--export-json", "export_json", type=click.Path(path_type=Path),
-              help="CI: write the per-case results (medians, ratio, gain %, CI, verdict) as JSON here.")
-@click.option("--export-markdown", "export_md", type=click.Path(path_type=Path),
-              help="CI: write the same as a Markdown table here (e.g. for a PR comment).")
-@click.option("--junit", "junit_path", type=click.Path(path_type=Path),
-              help="CI: JUnit XML, one test case per case, with times.")
-@click.option("--fail-on", "fail_on", metavar="LIST",
-              help="CI, opt-in: exit 1 when the stage outcome or a case verdict is one of these "
-                   "(comma-separated: regressed,inconclusive,below_minimum,void,constraint_violated,...).")
+@click.option(
+    "--stage", type=click.Choice(["screen", "target", "audit"]), help="Override the request's stage."
+)
+@click.option(
+    "--export-json",
+    "export_json",
+    type=click.Path(path_type=Path),
+    help="CI: write the per-case results (medians, ratio, gain %, CI, verdict) as JSON here.",
+)
+@click.option(
+    "--export-markdown",
+    "export_md",
+    type=click.Path(path_type=Path),
+    help="CI: write the same as a Markdown table here (e.g. for a PR comment).",
+)
+@click.option(
+    "--junit",
+    "junit_path",
+    type=click.Path(path_type=Path),
+    help="CI: JUnit XML, one test case per case, with times.",
+)
+@click.option(
+    "--fail-on",
+    "fail_on",
+    metavar="LIST",
+    help="CI, opt-in: exit 1 when the stage outcome or a case verdict is one of these "
+    "(comma-separated: regressed,inconclusive,below_minimum,void,constraint_violated,...).",
+)
 @fleet_options
 @common
 @handled
 @detachable(ExperimentRequest)
-def experiment_cmd(store: Path, as_json: bool, request: Path, target: str | None, variant: str | None,
-                   stage: str | None, export_json: Path | None, export_md: Path | None, junit_path: Path | None,
-                   fail_on: str | None, fleet: str | None, gpu_model: str | None) -> Outcome:
+def experiment_cmd(
+    store: Path,
+    as_json: bool,
+    request: Path,
+    target: str | None,
+    variant: str | None,
+    stage: str | None,
+    export_json: Path | None,
+    export_md: Path | None,
+    junit_path: Path | None,
+    fail_on: str | None,
+    fleet: str | None,
+    gpu_model: str | None,
+) -> Outcome:
     """Run one stage of a paired comparison of a candidate against the original or the champion.
 
     screen: few pairs, can reject or leave open, never accept. target: the formal test, one per
@@ -157,14 +216,22 @@ def experiment_cmd(store: Path, as_json: bool, request: Path, target: str | None
         matched = ci.fail_on_matches(doc, wanted)
         doc["fail_on"] = {"wanted": wanted, "matched": matched}
         code = code or (int(Exit.FAILED) if matched else 0)
-    notes = [f"{r['code']}: {r['message']}" for r in doc["reasons"]] + [f"supports: {doc['supports']['statement']}"]
+    notes = [f"{r['code']}: {r['message']}" for r in doc["reasons"]] + [
+        f"supports: {doc['supports']['statement']}"
+    ]
     if doc.get("fail_on", {}).get("matched"):
         notes.append(f"--fail-on matched: {', '.join(doc['fail_on']['matched'])} (exit 1)")
     return Outcome(doc=doc, human=experiment_table(doc), exit_code=code, extra_human=notes)
 
 
-def _ci_exports(st: Store, doc: dict, export_json: Path | None, export_md: Path | None, junit_path: Path | None,
-                wanted: list[str]) -> None:
+def _ci_exports(
+    st: Store,
+    doc: dict[str, Any],
+    export_json: Path | None,
+    export_md: Path | None,
+    junit_path: Path | None,
+    wanted: list[str],
+) -> None:
     from ..canonical import canonical_bytes
     from ..workflow.common import get_target
 

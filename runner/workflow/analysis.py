@@ -12,8 +12,10 @@ from .requests import Objective, StatsPlan
 from .verdicts import CaseAnalysis
 
 RAMP_FRACTION = 0.9
-RAMP_RULE = (f"pre-declared: a pair is excluded when either side's timed block started below "
-             f"{RAMP_FRACTION:.0%} of that series' median end-of-block SM clock (clocks still ramping)")
+RAMP_RULE = (
+    f"pre-declared: a pair is excluded when either side's timed block started below "
+    f"{RAMP_FRACTION:.0%} of that series' median end-of-block SM clock (clocks still ramping)"
+)
 
 
 def series_map(res: DriverResult) -> dict[tuple[str, str], Series]:
@@ -25,7 +27,9 @@ def ramping_reps(s: Series) -> set[int]:
     if len(ends) < 3:
         return set()
     settled = statistics.median(ends)
-    return {rep for rep, c in zip(s.reps, s.sm_mhz, strict=False) if c and c[0] and c[0] < RAMP_FRACTION * settled}
+    return {
+        rep for rep, c in zip(s.reps, s.sm_mhz, strict=False) if c and c[0] and c[0] < RAMP_FRACTION * settled
+    }
 
 
 def void_reps(s: Series) -> set[int]:
@@ -57,8 +61,16 @@ def stream_median(s: Series, kept: list[int]) -> float | None:
     return statistics.median(t[i] for i in kept)
 
 
-def analyse_case(objective: Objective, plan: StatsPlan, res: DriverResult, case: str, ref_id: str, cand_id: str,
-                 seed: int, sequential: stats.SequentialPlan | None = None) -> CaseAnalysis:
+def analyse_case(
+    objective: Objective,
+    plan: StatsPlan,
+    res: DriverResult,
+    case: str,
+    ref_id: str,
+    cand_id: str,
+    seed: int,
+    sequential: stats.SequentialPlan | None = None,
+) -> CaseAnalysis:
     sm = series_map(res)
     ref, cand = sm[(ref_id, case)], sm[(cand_id, case)]
     prim = objective.primary
@@ -66,40 +78,81 @@ def analyse_case(objective: Objective, plan: StatsPlan, res: DriverResult, case:
     a, b = pairs_for(ref, cand, prim.name, kept)
     primary: dict[str, Any]
     if len(a) < 2:
-        primary = {"verdict": "inconclusive", "reason": f"only {len(a)} usable pair(s) after exclusions",
-                   "n_pairs": len(a)}
+        primary = {
+            "verdict": "inconclusive",
+            "reason": f"only {len(a)} usable pair(s) after exclusions",
+            "n_pairs": len(a),
+        }
     elif sequential is not None and len(a) < sequential.looks[0]:
-        primary = {"verdict": "inconclusive", "n_pairs": len(a),
-                   "reason": f"only {len(a)} usable pair(s), fewer than the first look at {sequential.looks[0]}"}
+        primary = {
+            "verdict": "inconclusive",
+            "n_pairs": len(a),
+            "reason": f"only {len(a)} usable pair(s), fewer than the first look at {sequential.looks[0]}",
+        }
     elif sequential is not None:
-        seq = stats.sequential_compare(a, b, plan=sequential, direction=prim.direction,
-                                       min_effect_pct=objective.min_effect_pct, seed=seed,
-                                       resamples=plan.bootstrap_resamples, keep_pairs=True, metric=prim.name)
+        seq = stats.sequential_compare(
+            a,
+            b,
+            plan=sequential,
+            direction=prim.direction,
+            min_effect_pct=objective.min_effect_pct,
+            seed=seed,
+            resamples=plan.bootstrap_resamples,
+            keep_pairs=True,
+            metric=prim.name,
+        )
         last = seq.looks[-1]
-        primary = last.model_dump(mode="json") | {"verdict": seq.verdict, "sequential": {
-            "state": seq.state, "stopped_at_pairs": seq.stopped_at_pairs, "looks": seq.plan.looks,
-            "look_confidences": seq.plan.look_confidences}}
+        primary = last.model_dump(mode="json") | {
+            "verdict": seq.verdict,
+            "sequential": {
+                "state": seq.state,
+                "stopped_at_pairs": seq.stopped_at_pairs,
+                "looks": seq.plan.looks,
+                "look_confidences": seq.plan.look_confidences,
+            },
+        }
     else:
-        primary = stats.compare(a, b, direction=prim.direction, min_effect_pct=objective.min_effect_pct,
-                                confidence=plan.confidence, seed=seed,
-                                resamples=plan.bootstrap_resamples, keep_pairs=True,
-                                metric=prim.name).model_dump(mode="json")
+        primary = stats.compare(
+            a,
+            b,
+            direction=prim.direction,
+            min_effect_pct=objective.min_effect_pct,
+            confidence=plan.confidence,
+            seed=seed,
+            resamples=plan.bootstrap_resamples,
+            keep_pairs=True,
+            metric=prim.name,
+        ).model_dump(mode="json")
     cons = []
     for c in objective.constraints:
         ca, cb = pairs_for(ref, cand, c.metric.name, kept)
         if len(ca) < 2:
             cons.append({"metric": c.metric.name, "verdict": "inconclusive", "reason": "too few pairs"})
             continue
-        cons.append(stats.constraint_check(ca, cb, direction=c.metric.direction, max_regression_pct=c.max_regression_pct,
-                                           confidence=plan.confidence, seed=seed,
-                                           resamples=plan.bootstrap_resamples, metric=c.metric.name
-                                           ).model_dump(mode="json"))
-    return CaseAnalysis(case=case, pairs=len(a), excluded_pairs=excluded, exclusion_rule=RAMP_RULE if
-                        plan.exclude_ramping else "none", primary=primary, constraints=cons,
-                        reference_median=statistics.median(a) if a else None,
-                        candidate_median=statistics.median(b) if b else None,
-                        reference_stream_median_ns=stream_median(ref, kept),
-                        candidate_stream_median_ns=stream_median(cand, kept))
+        cons.append(
+            stats.constraint_check(
+                ca,
+                cb,
+                direction=c.metric.direction,
+                max_regression_pct=c.max_regression_pct,
+                confidence=plan.confidence,
+                seed=seed,
+                resamples=plan.bootstrap_resamples,
+                metric=c.metric.name,
+            ).model_dump(mode="json")
+        )
+    return CaseAnalysis(
+        case=case,
+        pairs=len(a),
+        excluded_pairs=excluded,
+        exclusion_rule=RAMP_RULE if plan.exclude_ramping else "none",
+        primary=primary,
+        constraints=cons,
+        reference_median=statistics.median(a) if a else None,
+        candidate_median=statistics.median(b) if b else None,
+        reference_stream_median_ns=stream_median(ref, kept),
+        candidate_stream_median_ns=stream_median(cand, kept),
+    )
 
 
 def combine(verdicts: list[str]) -> str:

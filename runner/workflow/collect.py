@@ -35,12 +35,27 @@ class CollectRequest(Closed):
     timeout_s: float = 900.0
 
 
-NCU_BASE = ["ncu", "--csv", "--page", "raw", "--clock-control", "none", "--target-processes", "all",
-            "--log-file", "/cko/out/ncu-raw.csv"]
+NCU_BASE = [
+    "ncu",
+    "--csv",
+    "--page",
+    "raw",
+    "--clock-control",
+    "none",
+    "--target-processes",
+    "all",
+    "--log-file",
+    "/cko/out/ncu-raw.csv",
+]
 
 
-def collect_ncu(store: Store, req: CollectRequest, progress: ops.Progress, policy_path: str | None = None,
-                parse_memory: str = "4g") -> tuple[dict[str, Any], int]:
+def collect_ncu(
+    store: Store,
+    req: CollectRequest,
+    progress: ops.Progress,
+    policy_path: str | None = None,
+    parse_memory: str = "4g",
+) -> tuple[dict[str, Any], int]:
     """Profile one subject under ncu, then parse its report (the parse in a container of `parse_memory`)."""
     t, tref = ops.get_target(store, req.target)
     ops._require_optimization(t)
@@ -60,19 +75,36 @@ def collect_ncu(store: Store, req: CollectRequest, progress: ops.Progress, polic
         if a.startswith("--log-file") or a in ("-o", "--export"):
             raise bad_request(f"ncu_args: {a} is set by cko", field="ncu_args")
     wrapped = t.driver.model_copy(update={"command": [*NCU_BASE, *req.ncu_args, *t.driver.command]})
-    target = t.model_copy(update={"driver": wrapped, "timeout_s": req.timeout_s,
-                                  "process_timeout_s": req.timeout_s})
+    target = t.model_copy(
+        update={"driver": wrapped, "timeout_s": req.timeout_s, "process_timeout_s": req.timeout_s}
+    )
     items = [ScheduleItem(subject="profiled", case=case, rep=i) for i in range(req.reps)]
     progress(f"ncu: {req.subject} case {case}, {req.reps} repetition(s)")
-    m = run_measurement(store, target, {"profiled": snap}, items, mode="smoke", seed=0, acquisition="isolated",
-                        label=f"ncu {t.name}", parent={"target": tref.model_dump()}, warmup=0, progress=progress,
-                        telemetry=False, counters=True, policy_path=policy_path, keep=("ncu-raw.csv",))
+    m = run_measurement(
+        store,
+        target,
+        {"profiled": snap},
+        items,
+        mode="smoke",
+        seed=0,
+        acquisition="isolated",
+        label=f"ncu {t.name}",
+        parent={"target": tref.model_dump()},
+        warmup=0,
+        progress=progress,
+        telemetry=False,
+        counters=True,
+        policy_path=policy_path,
+        keep=("ncu-raw.csv",),
+    )
     csv = (m.kept or {}).get("ncu-raw.csv")
     doc: dict[str, Any] = {"collection": m.invocation.model_dump(), "state": m.state}
     if csv is None:
         if m.failure:
             doc["failure"] = m.failure
-        raise failed(f"ncu wrote no report ({(m.failure or {}).get('message') or m.reason})", code="no_report")
+        raise failed(
+            f"ncu wrote no report ({(m.failure or {}).get('message') or m.reason})", code="no_report"
+        )
     tmp = Path(tempfile.mkdtemp(prefix="cko-ncu-"))
     try:
         (tmp / "report.csv").write_bytes(csv)
@@ -89,9 +121,17 @@ def collect_ncu(store: Store, req: CollectRequest, progress: ops.Progress, polic
         args = ["--report", "/cko/in/report.csv"]
         if tools.get("ncu"):
             args += ["--tool-version", tools["ncu"]]
-        res = run_operation(store=store, op="profile-ncu", args=args, inputs={"report.csv": tmp / "report.csv"},
-                            image="cpu", label=f"parse ncu {t.name}", parent={"collection": m.invocation.model_dump()},
-                            memory=parse_memory, policy_path=policy_path)
+        res = run_operation(
+            store=store,
+            op="profile-ncu",
+            args=args,
+            inputs={"report.csv": tmp / "report.csv"},
+            image="cpu",
+            label=f"parse ncu {t.name}",
+            parent={"collection": m.invocation.model_dump()},
+            memory=parse_memory,
+            policy_path=policy_path,
+        )
         doc["parse"] = {"invocation": res.invocation_id, "exit_code": res.exit_code}
         doc["facts"] = res.doc
         return doc, 0 if res.exit_code == 0 else 1

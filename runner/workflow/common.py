@@ -38,7 +38,7 @@ def with_ids(req: R, **ids: str | None) -> R:
     """Fill ids given on the command line (--target, --variant) into a request."""
     update = {k: v for k, v in ids.items() if v is not None}
     for k, v in update.items():
-        check_id(v, k)  # type: ignore[arg-type]
+        check_id(v, k)
     return req.model_copy(update=update) if update else req
 
 
@@ -57,8 +57,12 @@ def put_record(store: Store, kind: str, rid: str, model: BaseModel) -> Ref:
 
 def require_optimization(t: Target) -> None:
     if t.mode != "optimization":
-        raise CkoError(f"target {t.id} is diagnostic: it binds reports only and can carry no performance claim",
-                       exit_code=Exit.BAD_REQUEST, code="diagnostic_target", field="target")
+        raise CkoError(
+            f"target {t.id} is diagnostic: it binds reports only and can carry no performance claim",
+            exit_code=Exit.BAD_REQUEST,
+            code="diagnostic_target",
+            field="target",
+        )
 
 
 def snapshot_by_sha(store: Store, t: Target, sha: str) -> Snapshot:

@@ -20,6 +20,7 @@ A screen maps that onto `promising` / `rejected` / `open`: a screen never accept
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -29,7 +30,7 @@ from operations.protocol import DriverResult
 
 from . import analysis
 from .requests import LoadCeiling
-from .verdicts import CaseAnalysis, DecidePlan, Decision, LoadCheck, Reason, Telemetry, WindowLoad
+from .verdicts import CaseAnalysis, DecidePlan, Decision, LoadCheck, Reason, SampleLoad, Telemetry, WindowLoad
 
 REF, CAND = "reference", "candidate"
 # Outcomes of a target or audit stage that decide nothing and may be repeated (each attempt recorded).
@@ -38,8 +39,9 @@ VOID_OUTCOMES = frozenset({"failed_run", "integrity_violation", "void"})
 UNDER_LOAD_CORES = 0.25  # a baseline is "measured under load" above this median foreign CPU load
 
 
-def decide(samples: DriverResult | None, plan: DecidePlan, telemetry: Telemetry,
-           failure: Reason | None = None) -> Decision:
+def decide(
+    samples: DriverResult | None, plan: DecidePlan, telemetry: Telemetry, failure: Reason | None = None
+) -> Decision:
     """The stage outcome, the primary and constraint verdicts and the coded reasons (module docstring)."""
     if failure is not None or samples is None:
         failed = failure or Reason(code="measurement_failed", message="the measurement returned no samples")
@@ -48,37 +50,73 @@ def decide(samples: DriverResult | None, plan: DecidePlan, telemetry: Telemetry,
     if gate:
         return Decision(stage_outcome="failed_accuracy", primary_verdict="void", reasons=gate)
     if samples.integrity:
-        return Decision(stage_outcome="integrity_violation", primary_verdict="void", reasons=[Reason(
-            code="integrity_violation", message="integrity violation (performance samples voided): "
-            + "; ".join(samples.integrity[:5]))])
+        return Decision(
+            stage_outcome="integrity_violation",
+            primary_verdict="void",
+            reasons=[
+                Reason(
+                    code="integrity_violation",
+                    message="integrity violation (performance samples voided): "
+                    + "; ".join(samples.integrity[:5]),
+                )
+            ],
+        )
     case_ids = sorted({s.case for s in samples.series if s.subject == REF})
-    cases = [analysis.analyse_case(plan.objective, plan.stats, samples, c, REF, CAND, plan.seed, plan.sequential)
-             for c in case_ids]
+    cases = [
+        analysis.analyse_case(plan.objective, plan.stats, samples, c, REF, CAND, plan.seed, plan.sequential)
+        for c in case_ids
+    ]
     load, load_reasons = check_load(telemetry, plan.ceiling)
-    voids = load_reasons + [Reason(code="environment_mismatch", message="environment differs from the Target's: "
-                                   + ", ".join(plan.identity_mismatch))] * bool(plan.identity_mismatch)
+    voids = load_reasons + [
+        Reason(
+            code="environment_mismatch",
+            message="environment differs from the Target's: " + ", ".join(plan.identity_mismatch),
+        )
+    ] * bool(plan.identity_mismatch)
     notes = _notes(cases, plan)
     if voids:
-        return Decision(stage_outcome="void", primary_verdict="void", cases=cases, reasons=voids + notes, load=load)
+        return Decision(
+            stage_outcome="void", primary_verdict="void", cases=cases, reasons=voids + notes, load=load
+        )
     primary = analysis.combine([c.primary["verdict"] for c in cases])
     cons = analysis.combine_constraints(cases)
     outcome, blocking, why = _outcome(plan.stage, primary, cons)
-    return Decision(stage_outcome=outcome, primary_verdict=primary, constraint_verdicts=cons,  # type: ignore[arg-type]
-                    blocking_constraints=blocking, cases=cases, reasons=why + notes, load=load)
+    return Decision(
+        stage_outcome=outcome,
+        primary_verdict=primary,  # type: ignore[arg-type]
+        constraint_verdicts=cons,
+        blocking_constraints=blocking,
+        cases=cases,
+        reasons=why + notes,
+        load=load,
+    )
 
 
 def _outcome(stage: str, primary: str, cons: dict[str, str]) -> tuple[str, list[str], list[Reason]]:
     violated = sorted(m for m, v in cons.items() if v == "violated")
     undecided = sorted(m for m, v in cons.items() if v == "inconclusive")
-    why = [Reason(code="constraint_violated", message=f"constraint {m} violated: it regresses by more than its "
-                  "maximum over the whole interval") for m in violated]
-    why += [Reason(code="constraint_inconclusive", message=f"constraint {m} inconclusive: the interval does not "
-                   "show it within its maximum regression") for m in undecided]
+    why = [
+        Reason(
+            code="constraint_violated",
+            message=f"constraint {m} violated: it regresses by more than its maximum over the whole interval",
+        )
+        for m in violated
+    ]
+    why += [
+        Reason(
+            code="constraint_inconclusive",
+            message=f"constraint {m} inconclusive: the interval does not "
+            "show it within its maximum regression",
+        )
+        for m in undecided
+    ]
     if stage == "screen":
         if primary in ("regressed", "below_minimum") or violated:
             return "rejected", violated, why
         if primary == "accepted":
-            why.append(Reason(code="screen_never_accepts", message="a screen never accepts: run the target stage"))
+            why.append(
+                Reason(code="screen_never_accepts", message="a screen never accepts: run the target stage")
+            )
             return "promising", [], why
         return "open", [], why
     if primary == "regressed":
@@ -93,15 +131,30 @@ def _outcome(stage: str, primary: str, cons: dict[str, str]) -> tuple[str, list[
 
 
 def _gates(samples: DriverResult, plan: DecidePlan) -> list[Reason]:
-    out = [Reason(code="accuracy_failed", message=f"{s.subject} case {s.case}: {s.accuracy.detail or 'accuracy failed'}")
-           for s in samples.series if not s.accuracy.passed]
+    out = [
+        Reason(
+            code="accuracy_failed",
+            message=f"{s.subject} case {s.case}: {s.accuracy.detail or 'accuracy failed'}",
+        )
+        for s in samples.series
+        if not s.accuracy.passed
+    ]
     for s in samples.series:
         if s.subject != CAND:
             continue
         worst, worst_abs = s.accuracy.worst_rel_l2, s.accuracy.worst_max_abs
         for g in plan.gates:
-            if worst is None or worst > g.rel_l2 or (g.max_abs is not None and (worst_abs is None or worst_abs > g.max_abs)):
-                out.append(Reason(code="gate_failed", message=f"gate {g.name} on case {s.case}: rel_l2 {worst} > {g.rel_l2}"))
+            if (
+                worst is None
+                or worst > g.rel_l2
+                or (g.max_abs is not None and (worst_abs is None or worst_abs > g.max_abs))
+            ):
+                out.append(
+                    Reason(
+                        code="gate_failed",
+                        message=f"gate {g.name} on case {s.case}: rel_l2 {worst} > {g.rel_l2}",
+                    )
+                )
     return out
 
 
@@ -109,42 +162,93 @@ def _notes(cases: list[CaseAnalysis], plan: DecidePlan) -> list[Reason]:
     out = []
     excluded = sum(c.excluded_pairs for c in cases)
     if excluded:
-        out.append(Reason(code="pairs_excluded", message=f"{excluded} pair(s) excluded by the pre-declared clock rule"))
+        out.append(
+            Reason(
+                code="pairs_excluded",
+                message=f"{excluded} pair(s) excluded by the pre-declared rules (clock, the supervisor's bracket and idle checks)",
+            )
+        )
     if plan.aa_control:
-        out.append(Reason(code="aa_control", message="candidate snapshot is identical to the reference by content: "
-                          "measured as an A/A control"))
+        out.append(
+            Reason(
+                code="aa_control",
+                message="candidate snapshot is identical to the reference by content: "
+                "measured as an A/A control",
+            )
+        )
     return out
 
 
 # -- foreign load -------------------------------------------------------------------------------
 
+
 def check_load(tel: Telemetry, ceiling: LoadCeiling) -> tuple[list[LoadCheck], list[Reason]]:
     """Ceilings and the arm-balance test for CPU load, GPU contexts and throttling."""
     cpus = tel.host_cpus or next((w.host_cpus for w in tel.windows if w.host_cpus), None)
     checks = [
-        _check("cpu", tel, lambda s: s.foreign_cpu_cores, [w.foreign_cpu_cores_median for w in tel.windows],
-               ceiling.max_foreign_cpu_share, ceiling, scale=cpus or None, need_scale=True),
-        _check("gpu_contexts", tel, lambda s: None if s.foreign_gpu_contexts is None else float(s.foreign_gpu_contexts),
-               [None if w.foreign_gpu_contexts is None else float(w.foreign_gpu_contexts) for w in tel.windows],
-               float(ceiling.max_foreign_gpu_contexts), ceiling, use_max=True),
-        _check("throttle", tel, lambda s: None if s.throttle is None else float(bool(s.throttle)),
-               [w.throttled_share for w in tel.windows], ceiling.max_throttled_share, ceiling, mean=True),
+        _check(
+            "cpu",
+            tel,
+            lambda s: s.foreign_cpu_cores,
+            [w.foreign_cpu_cores_median for w in tel.windows],
+            ceiling.max_foreign_cpu_share,
+            ceiling,
+            scale=cpus or None,
+            need_scale=True,
+        ),
+        _check(
+            "gpu_contexts",
+            tel,
+            lambda s: None if s.foreign_gpu_contexts is None else float(s.foreign_gpu_contexts),
+            [None if w.foreign_gpu_contexts is None else float(w.foreign_gpu_contexts) for w in tel.windows],
+            float(ceiling.max_foreign_gpu_contexts),
+            ceiling,
+            use_max=True,
+        ),
+        _check(
+            "throttle",
+            tel,
+            lambda s: None if s.throttle is None else float(bool(s.throttle)),
+            [w.throttled_share for w in tel.windows],
+            ceiling.max_throttled_share,
+            ceiling,
+            mean=True,
+        ),
     ]
     reasons = []
     for c in checks:
         if c.level is not None and c.ceiling is not None and c.level > c.ceiling:
-            reasons.append(Reason(code=f"load_above_ceiling:{c.kind}", message=f"foreign {c.kind} load {c.level:.3g} "
-                                  f"({c.basis}) is above the plan's ceiling {c.ceiling:g}"))
+            reasons.append(
+                Reason(
+                    code=f"load_above_ceiling:{c.kind}",
+                    message=f"foreign {c.kind} load {c.level:.3g} "
+                    f"({c.basis}) is above the plan's ceiling {c.ceiling:g}",
+                )
+            )
         if c.imbalance_p is not None and c.imbalance_p < ceiling.imbalance_alpha:
-            reasons.append(Reason(code=f"load_unbalanced:{c.kind}", message=f"foreign {c.kind} load differs between "
-                                  f"the arms: median per-pair difference {c.imbalance_median:+.3g} (candidate - "
-                                  f"reference), Wilcoxon p = {c.imbalance_p:.2g} < {ceiling.imbalance_alpha:g}"))
+            reasons.append(
+                Reason(
+                    code=f"load_unbalanced:{c.kind}",
+                    message=f"foreign {c.kind} load differs between "
+                    f"the arms: median per-pair difference {c.imbalance_median:+.3g} (candidate - "
+                    f"reference), Wilcoxon p = {c.imbalance_p:.2g} < {ceiling.imbalance_alpha:g}",
+                )
+            )
     return checks, reasons
 
 
-def _check(kind: str, tel: Telemetry, get, windows: list[float | None], limit: float,  # type: ignore[no-untyped-def]
-           ceiling: LoadCeiling, scale: int | None = None, use_max: bool = False, mean: bool = False,
-           need_scale: bool = False) -> LoadCheck:
+def _check(
+    kind: str,
+    tel: Telemetry,
+    get: Callable[[SampleLoad], float | None],
+    windows: list[float | None],
+    limit: float,
+    ceiling: LoadCeiling,
+    scale: int | None = None,
+    use_max: bool = False,
+    mean: bool = False,
+    need_scale: bool = False,
+) -> LoadCheck:
     by_key = {(s.subject, s.case, s.rep): get(s) for s in tel.samples}
     vals = [v for v in by_key.values() if v is not None]
     basis: Literal["per_sample", "window", "none"] = "per_sample" if vals else "window"
@@ -156,11 +260,21 @@ def _check(kind: str, tel: Telemetry, get, windows: list[float | None], limit: f
         level = max(vals) if use_max else (sum(vals) / len(vals) if mean else statistics.median(vals))
         if need_scale:  # a share of the host's cores; unknown cores: no ceiling can be applied
             level = level / scale if scale else None
-    diffs = [c - r for (subj, case, rep), c in by_key.items() if subj == CAND and c is not None
-             and (r := by_key.get((REF, case, rep))) is not None]
+    diffs = [
+        c - r
+        for (subj, case, rep), c in by_key.items()
+        if subj == CAND and c is not None and (r := by_key.get((REF, case, rep))) is not None
+    ]
     p, med = _imbalance(diffs, ceiling.imbalance_min_cores if kind == "cpu" else 0.0)
-    return LoadCheck(kind=kind, basis=basis, level=level, ceiling=limit if basis != "none" else None,
-                     imbalance_p=p, imbalance_median=med, pairs_tested=len(diffs))
+    return LoadCheck(
+        kind=kind,
+        basis=basis,
+        level=level,
+        ceiling=limit if basis != "none" else None,
+        imbalance_p=p,
+        imbalance_median=med,
+        pairs_tested=len(diffs),
+    )
 
 
 def _imbalance(diffs: list[float], min_effect: float) -> tuple[float | None, float | None]:
@@ -184,13 +298,19 @@ def under_load(window: WindowLoad) -> Reason | None:
     """Whether a baseline's resolution was measured with other work on the machine (it then says so)."""
     parts = []
     if window.foreign_cpu_cores_median is not None and window.foreign_cpu_cores_median > UNDER_LOAD_CORES:
-        parts.append(f"other processes used a median of {window.foreign_cpu_cores_median:.2f} of "
-                     f"{window.host_cpus or '?'} CPU cores")
+        parts.append(
+            f"other processes used a median of {window.foreign_cpu_cores_median:.2f} of "
+            f"{window.host_cpus or '?'} CPU cores"
+        )
     if window.foreign_gpu_contexts:
         parts.append(f"{window.foreign_gpu_contexts} other GPU context(s) ran")
     if window.throttled_share:
         parts.append(f"the GPU throttled in {window.throttled_share:.0%} of samples")
     if not parts:
         return None
-    return Reason(code="measured_under_load", message="resolution measured under load: " + "; ".join(parts)
-                  + " — it includes that noise and may differ on a quiet machine")
+    return Reason(
+        code="measured_under_load",
+        message="resolution measured under load: "
+        + "; ".join(parts)
+        + " — it includes that noise and may differ on a quiet machine",
+    )

@@ -32,8 +32,11 @@ from .requests import CLAIM_ORDER, ExperimentRequest, LoadCeiling
 from .snapshot import content_key
 from .verdicts import DecidePlan, Decision, Reason
 
-LAYER_TEXT = {"kernel": "a micro-benchmark of one operation", "workload": "the user's test workload",
-              "service": "the end-to-end metric of a running service"}
+LAYER_TEXT = {
+    "kernel": "a micro-benchmark of one operation",
+    "workload": "the user's test workload",
+    "service": "the end-to-end metric of a running service",
+}
 
 
 @dataclass
@@ -101,21 +104,34 @@ def _refuse_repeat(store: Store, t: Target, s: Subjects, stage: str) -> None:
     stages = stages_of(store, t.id, s.ref.sha256, s.cand.sha256)
     for e, _ in stages:
         if e.stage == "screen" and e.outcome == "rejected":
-            raise CkoError(f"stage target refused: screen {e.id} rejected this candidate against this reference "
-                           f"({e.primary_verdict}); a new sampling plan does not reopen it",
-                           exit_code=Exit.BAD_REQUEST, code="screen_rejected", field="stage",
-                           detail={"experiment": e.id, "stage_outcome": e.outcome})
+            raise CkoError(
+                f"stage target refused: screen {e.id} rejected this candidate against this reference "
+                f"({e.primary_verdict}); a new sampling plan does not reopen it",
+                exit_code=Exit.BAD_REQUEST,
+                code="screen_rejected",
+                field="stage",
+                detail={"experiment": e.id, "stage_outcome": e.outcome},
+            )
         if e.outcome in ("failed_accuracy", "integrity_violation") and e.stage == "screen":
-            raise CkoError(f"stage target refused: {e.stage} {e.id} ended in {e.outcome}",
-                           exit_code=Exit.BAD_REQUEST, code="earlier_stage_failed", field="stage",
-                           detail={"experiment": e.id, "stage_outcome": e.outcome})
+            raise CkoError(
+                f"stage target refused: {e.stage} {e.id} ended in {e.outcome}",
+                exit_code=Exit.BAD_REQUEST,
+                code="earlier_stage_failed",
+                field="stage",
+                detail={"experiment": e.id, "stage_outcome": e.outcome},
+            )
     formal = formal_target(stages)
     if formal is not None:
         e = formal[0]
-        raise CkoError(f"stage target refused: target stage {e.id} already decided this candidate against this "
-                       f"reference ({e.outcome}); one formal target stage counts per snapshot: a new snapshot is "
-                       "a new candidate", exit_code=Exit.BAD_REQUEST, code="target_stage_final", field="stage",
-                       detail={"experiment": e.id, "stage_outcome": e.outcome})
+        raise CkoError(
+            f"stage target refused: target stage {e.id} already decided this candidate against this "
+            f"reference ({e.outcome}); one formal target stage counts per snapshot: a new snapshot is "
+            "a new candidate",
+            exit_code=Exit.BAD_REQUEST,
+            code="target_stage_final",
+            field="stage",
+            detail={"experiment": e.id, "stage_outcome": e.outcome},
+        )
 
 
 def _looks(t: Target, req: ExperimentRequest) -> tuple[int, list[int], stats.SequentialPlan | None]:
@@ -123,26 +139,35 @@ def _looks(t: Target, req: ExperimentRequest) -> tuple[int, list[int], stats.Seq
     if not req.sequential:
         return pairs, [pairs], None
     if req.stage != "target":
-        raise bad_request(f"sequential: looks apply to the target stage only, not {req.stage}", field="sequential")
+        raise bad_request(
+            f"sequential: looks apply to the target stage only, not {req.stage}", field="sequential"
+        )
     lo = t.plan.min_pairs
     if lo > pairs:
-        raise bad_request(f"plan.min_pairs: the first look ({lo} pairs) is beyond the stage's {pairs} pairs",
-                          field="plan.min_pairs")
+        raise bad_request(
+            f"plan.min_pairs: the first look ({lo} pairs) is beyond the stage's {pairs} pairs",
+            field="plan.min_pairs",
+        )
     looks = stats.evenly_spaced_looks(lo, pairs, 3) if pairs - lo >= 2 else [pairs]
     try:
         return pairs, looks, stats.sequential_plan(looks, confidence=t.plan.confidence)
     except stats.StatsInputError as exc:
         need = stats.min_pairs_for(1 - (1 - t.plan.confidence) / len(looks))
-        raise bad_request(f"plan.min_pairs: {t.plan.min_pairs} is too few for sequential looks {looks} at confidence "
-                          f"{t.plan.confidence:g}: each look needs at least {need} pairs ({exc.message})",
-                          field="plan.min_pairs") from None
+        raise bad_request(
+            f"plan.min_pairs: {t.plan.min_pairs} is too few for sequential looks {looks} at confidence "
+            f"{t.plan.confidence:g}: each look needs at least {need} pairs ({exc.message})",
+            field="plan.min_pairs",
+        ) from None
 
 
 def claim_layer(t: Target, req: ExperimentRequest) -> str:
     layer = req.claim_layer or t.claim_layer
     if CLAIM_ORDER[layer] > CLAIM_ORDER[t.claim_layer]:
-        raise bad_request(f"claim_layer: {layer} is wider than the Target's {t.claim_layer} "
-                          f"({LAYER_TEXT[t.claim_layer]}): no evidence here can support it", field="claim_layer")
+        raise bad_request(
+            f"claim_layer: {layer} is wider than the Target's {t.claim_layer} "
+            f"({LAYER_TEXT[t.claim_layer]}): no evidence here can support it",
+            field="claim_layer",
+        )
     return layer
 
 
@@ -152,7 +177,10 @@ def effective_ceiling(plan: LoadCeiling) -> tuple[LoadCeiling, str]:
     upd: dict[str, Any] = {}
     if pol.max_foreign_cpu_share is not None and pol.max_foreign_cpu_share < plan.max_foreign_cpu_share:
         upd["max_foreign_cpu_share"] = pol.max_foreign_cpu_share
-    if pol.max_foreign_gpu_contexts is not None and pol.max_foreign_gpu_contexts < plan.max_foreign_gpu_contexts:
+    if (
+        pol.max_foreign_gpu_contexts is not None
+        and pol.max_foreign_gpu_contexts < plan.max_foreign_gpu_contexts
+    ):
         upd["max_foreign_gpu_contexts"] = pol.max_foreign_gpu_contexts
     return (plan.model_copy(update=upd), "policy") if upd else (plan, "plan")
 
@@ -164,23 +192,46 @@ def same_content(store: Store, a: Snapshot, b: Snapshot) -> bool:
 def supports(stage: str, outcome: str, layer: str, aa: bool) -> dict[str, Any]:
     """Which claim the evidence supports: only an accepted target stage supports any, at its layer."""
     ok = stage in ("target", "audit") and outcome == "accepted" and not aa
-    text = (f"a {layer}-level claim ({LAYER_TEXT[layer]}); no wider claim" if ok else
-            f"no claim: stage {stage} ended {outcome}" + (" (A/A control)" if aa else ""))
+    text = (
+        f"a {layer}-level claim ({LAYER_TEXT[layer]}); no wider claim"
+        if ok
+        else f"no claim: stage {stage} ended {outcome}" + (" (A/A control)" if aa else "")
+    )
     return {"claim_layer": layer, "claim_supported": ok, "statement": text}
 
 
-def _measure(store: Store, t: Target, tref: Ref, s: Subjects, req: ExperimentRequest, plan: DecidePlan,
-             looks: list[int], acquisition: str, progress: Progress, executor: Executor) -> Run:
+def _measure(
+    store: Store,
+    t: Target,
+    tref: Ref,
+    s: Subjects,
+    req: ExperimentRequest,
+    plan: DecidePlan,
+    looks: list[int],
+    acquisition: str,
+    progress: Progress,
+    executor: Executor,
+) -> Run:
     run = Run()
     case_ids = [c.id for c in t.cases]
     for look in looks:
-        sched, _ = paired_schedule(case_ids, "reference", "candidate", look - run.done, req.seed + run.done,
-                                   start_rep=run.done)
+        sched, _ = paired_schedule(
+            case_ids, "reference", "candidate", look - run.done, req.seed + run.done, start_rep=run.done
+        )
         progress(f"{req.stage}: pairs {run.done + 1}..{look} ({acquisition})")
-        m = run_measurement(store, t, {"reference": s.ref, "candidate": s.cand}, sched, mode="measure",
-                            seed=req.seed, acquisition=acquisition, label=f"{req.stage} {t.name}",
-                            parent={"target": tref.model_dump(), "variant": s.variant.model_dump() if s.variant else None},
-                            progress=progress, executor=executor)
+        m = run_measurement(
+            store,
+            t,
+            {"reference": s.ref, "candidate": s.cand},
+            sched,
+            mode="measure",
+            seed=req.seed,
+            acquisition=acquisition,
+            label=f"{req.stage} {t.name}",
+            parent={"target": tref.model_dump(), "variant": s.variant.model_dump() if s.variant else None},
+            progress=progress,
+            executor=executor,
+        )
         run.invocations.append(m.invocation)
         run.summaries.append(m.telemetry)
         if m.ran_on is not None:
@@ -203,10 +254,24 @@ def _measure(store: Store, t: Target, tref: Ref, s: Subjects, req: ExperimentReq
 
 def look_event(name: str, stage: str, done: int, planned: int, d: Decision) -> None:
     """A progress event with the running estimate per case (an operation's events.jsonl)."""
-    event(name, stage=stage, pairs_done=done, pairs_planned=planned, stage_outcome=d.stage_outcome,
-          cases=[{"case": c.case, "pairs": c.pairs, "effect_pct": c.primary.get("effect_pct"),
-                  "ci_low_pct": c.primary.get("ci_low_pct"), "ci_high_pct": c.primary.get("ci_high_pct"),
-                  "case_verdict": c.primary.get("verdict")} for c in d.cases])
+    event(
+        name,
+        stage=stage,
+        pairs_done=done,
+        pairs_planned=planned,
+        stage_outcome=d.stage_outcome,
+        cases=[
+            {
+                "case": c.case,
+                "pairs": c.pairs,
+                "effect_pct": c.primary.get("effect_pct"),
+                "ci_low_pct": c.primary.get("ci_low_pct"),
+                "ci_high_pct": c.primary.get("ci_high_pct"),
+                "case_verdict": c.primary.get("verdict"),
+            }
+            for c in d.cases
+        ],
+    )
 
 
 def falsifier_doc(store: Store, req: ExperimentRequest) -> dict[str, Any] | None:
@@ -226,7 +291,9 @@ def falsifier_doc(store: Store, req: ExperimentRequest) -> dict[str, Any] | None
     inv = store.root / "invocations" / f.result / "result.json"
     if inv.is_file():
         return doc | {"result_ref": {"kind": "invocation", "id": f.result, "sha256": sha256_file(inv)}}
-    raise bad_request(f"cheapest_falsifier.result: no record {f.result} in this store", field="cheapest_falsifier.result")
+    raise bad_request(
+        f"cheapest_falsifier.result: no record {f.result} in this store", field="cheapest_falsifier.result"
+    )
 
 
 def announce_estimate(req: ExperimentRequest, pairs: int, progress: Progress) -> None:
@@ -234,7 +301,9 @@ def announce_estimate(req: ExperimentRequest, pairs: int, progress: Progress) ->
     if e is None:
         progress(f"{req.stage}: {pairs} pairs; no estimated cost given (estimated_cost)")
         return
-    progress(f"{req.stage}: {pairs} pairs; estimated cost p50 {e.p50_s:g} s, p90 {e.p90_s:g} s, {e.gpus} GPU(s)")
+    progress(
+        f"{req.stage}: {pairs} pairs; estimated cost p50 {e.p50_s:g} s, p90 {e.p90_s:g} s, {e.gpus} GPU(s)"
+    )
     event("estimate", stage=req.stage, pairs=pairs, **e.model_dump())
 
 
@@ -247,16 +316,20 @@ def cost_doc(req: ExperimentRequest, t: Target, seconds: float, progress: Progre
         vs = "no estimate"
     else:
         vs = "within p50" if seconds <= e.p50_s else ("within p90" if seconds <= e.p90_s else "beyond p90")
-    progress(f"{req.stage}: took {seconds:.1f} s on {gpus} GPU(s)"
-             + (f" (estimated p50 {e.p50_s:g} s, p90 {e.p90_s:g} s: {vs})" if e else ""))
+    progress(
+        f"{req.stage}: took {seconds:.1f} s on {gpus} GPU(s)"
+        + (f" (estimated p50 {e.p50_s:g} s, p90 {e.p90_s:g} s: {vs})" if e else "")
+    )
     event("cost", stage=req.stage, actual=actual, vs_estimate=vs)
     return {"estimated": e.model_dump() if e else None, "actual": actual, "vs_estimate": vs}
 
 
 def _failure(m: Measured) -> Reason:
     f = m.failure or {}
-    return Reason(code="measurement_failed",
-                  message=f"measurement failed: {f.get('code')}: {f.get('message')} (field {f.get('field')})")
+    return Reason(
+        code="measurement_failed",
+        message=f"measurement failed: {f.get('code')}: {f.get('message')} (field {f.get('field')})",
+    )
 
 
 def _settled(d: Decision) -> bool:
@@ -272,8 +345,9 @@ def merge_results(parts: list[Any]) -> Any:
     return merge(parts)
 
 
-def experiment(store: Store, req: ExperimentRequest, progress: Progress,
-               executor: Executor = LOCAL) -> tuple[dict[str, Any], int]:
+def experiment(
+    store: Store, req: ExperimentRequest, progress: Progress, executor: Executor = LOCAL
+) -> tuple[dict[str, Any], int]:
     t, tref = get_target(store, req.target)
     require_optimization(t)
     assert t.original and t.objective
@@ -285,8 +359,17 @@ def experiment(store: Store, req: ExperimentRequest, progress: Progress,
     acquisition = req.acquisition or t.plan.acquisition
     ceiling, source = effective_ceiling(t.plan.load)
     aa = same_content(store, s.ref, s.cand)
-    plan = DecidePlan(stage=req.stage, objective=t.objective, stats=t.plan, seed=req.seed, sequential=seq_plan,
-                      gates=req.gates, ceiling=ceiling, ceiling_source=source, aa_control=aa)  # type: ignore[arg-type]
+    plan = DecidePlan(
+        stage=req.stage,
+        objective=t.objective,
+        stats=t.plan,
+        seed=req.seed,
+        sequential=seq_plan,
+        gates=req.gates,
+        ceiling=ceiling,
+        ceiling_source=source,  # type: ignore[arg-type]
+        aa_control=aa,
+    )
     announce_estimate(req, pairs, progress)
     started = time.monotonic()
     run = _measure(store, t, tref, s, req, plan, looks, acquisition, progress, executor)
@@ -305,22 +388,55 @@ def experiment(store: Store, req: ExperimentRequest, progress: Progress,
         accuracy.setdefault(sr.subject, {})[sr.case] = sr.accuracy.model_dump(mode="json")
     eid = new_id("exp")
     rec = Experiment(
-        id=eid, target=tref, variant=s.variant, stage=req.stage, created_at=now(),
+        id=eid,
+        target=tref,
+        variant=s.variant,
+        stage=req.stage,
+        created_at=now(),
         reference={"kind": s.ref_kind, "snapshot": s.ref.sha256, "champion_pointer_sha256": s.pointer_sha256},
-        candidate_snapshot=s.cand.sha256, aa_control=aa, claims=req.claims, gates=[g.model_dump() for g in req.gates],
-        plan={"pairs": pairs, "pairs_measured": run.done, "seed": req.seed, "acquisition": acquisition, "looks": looks,
-              "sequential": seq_plan.model_dump(mode="json") if seq_plan else None, "confidence": t.plan.confidence,
-              "min_effect_pct": t.objective.min_effect_pct, "invocations": [i.model_dump() for i in run.invocations],
-              "boundary": merged.boundary if merged is not None else None},
-        invocation=run.invocations[-1] if run.invocations else None, accuracy=accuracy,
-        integrity=list(merged.integrity) if merged is not None else [], telemetry=run.summaries[-1] if run.summaries
-        else None, identity_mismatch=run.mismatch, cases=d.cases, primary_verdict=d.primary_verdict,
-        constraint_verdicts=d.constraint_verdicts, outcome=d.stage_outcome, blocking_constraints=d.blocking_constraints,
-        reasons=d.reasons, samples=samples_ref, ran_on=run.ran_on, claim_layer=layer,  # type: ignore[arg-type]
-        decision_plan=plan, load_input=tel, failure=run.failure, load=d.load, hypothesis=req.hypothesis,
-        mechanism_key=req.mechanism_key, cheapest_falsifier=falsifier, cost=cost)
+        candidate_snapshot=s.cand.sha256,
+        aa_control=aa,
+        claims=req.claims,
+        gates=[g.model_dump() for g in req.gates],
+        plan={
+            "pairs": pairs,
+            "pairs_measured": run.done,
+            "seed": req.seed,
+            "acquisition": acquisition,
+            "looks": looks,
+            "sequential": seq_plan.model_dump(mode="json") if seq_plan else None,
+            "confidence": t.plan.confidence,
+            "min_effect_pct": t.objective.min_effect_pct,
+            "invocations": [i.model_dump() for i in run.invocations],
+            "boundary": merged.boundary if merged is not None else None,
+        },
+        invocation=run.invocations[-1] if run.invocations else None,
+        accuracy=accuracy,
+        integrity=list(merged.integrity) if merged is not None else [],
+        telemetry=run.summaries[-1] if run.summaries else None,
+        identity_mismatch=run.mismatch,
+        cases=d.cases,
+        primary_verdict=d.primary_verdict,
+        constraint_verdicts=d.constraint_verdicts,
+        outcome=d.stage_outcome,
+        blocking_constraints=d.blocking_constraints,
+        reasons=d.reasons,
+        samples=samples_ref,
+        ran_on=run.ran_on,
+        claim_layer=layer,  # type: ignore[arg-type]
+        decision_plan=plan,
+        load_input=tel,
+        failure=run.failure,
+        load=d.load,
+        hypothesis=req.hypothesis,
+        mechanism_key=req.mechanism_key,
+        cheapest_falsifier=falsifier,
+        cost=cost,
+    )
     ref = put_record(store, "experiments", eid, rec)
-    code = int(Exit.FAILED) if d.stage_outcome in ("failed_run", "failed_accuracy", "integrity_violation") else 0
+    code = (
+        int(Exit.FAILED) if d.stage_outcome in ("failed_run", "failed_accuracy", "integrity_violation") else 0
+    )
     return experiment_doc(rec, ref), code
 
 
@@ -330,27 +446,50 @@ def case_rows(rec: Experiment) -> list[dict[str, Any]]:
     rows = []
     for c in rec.cases:
         v = c.primary.get("verdict")
-        rows.append({"case": c.case, "pairs": c.pairs, "excluded": c.excluded_pairs,
-                     "effect_pct": c.primary.get("effect_pct"), "ci_low_pct": c.primary.get("ci_low_pct"),
-                     "ci_high_pct": c.primary.get("ci_high_pct"), "wilcoxon_p": c.primary.get("wilcoxon_p"),
-                     "case_verdict": v, "stage_outcome": rec.outcome,
-                     "case_verdict_text": v if v == rec.outcome else f"{v} (stage outcome: {rec.outcome})",
-                     "constraints": {k.get("metric"): k.get("verdict") for k in c.constraints},
-                     "reference_median": c.reference_median, "candidate_median": c.candidate_median,
-                     "reference_stream_median_ns": c.reference_stream_median_ns,
-                     "candidate_stream_median_ns": c.candidate_stream_median_ns})
+        rows.append(
+            {
+                "case": c.case,
+                "pairs": c.pairs,
+                "excluded": c.excluded_pairs,
+                "effect_pct": c.primary.get("effect_pct"),
+                "ci_low_pct": c.primary.get("ci_low_pct"),
+                "ci_high_pct": c.primary.get("ci_high_pct"),
+                "wilcoxon_p": c.primary.get("wilcoxon_p"),
+                "case_verdict": v,
+                "stage_outcome": rec.outcome,
+                "case_verdict_text": v if v == rec.outcome else f"{v} (stage outcome: {rec.outcome})",
+                "constraints": {k.get("metric"): k.get("verdict") for k in c.constraints},
+                "reference_median": c.reference_median,
+                "candidate_median": c.candidate_median,
+                "reference_stream_median_ns": c.reference_stream_median_ns,
+                "candidate_stream_median_ns": c.candidate_stream_median_ns,
+            }
+        )
     return rows
 
 
 def experiment_doc(rec: Experiment, ref: Ref) -> dict[str, Any]:
-    outcome_text = rec.outcome + (f" ({', '.join(rec.blocking_constraints)})" if rec.blocking_constraints else "")
-    return {"experiment": ref.model_dump(), "experiment_target": rec.target.id, "stage": rec.stage, "stage_outcome": rec.outcome,
-            "stage_outcome_text": outcome_text, "primary_verdict": rec.primary_verdict,
-            "constraint_verdicts": rec.constraint_verdicts, "blocking_constraints": rec.blocking_constraints,
-            "aa_control": rec.aa_control, "reasons": [r.model_dump() for r in rec.reasons],
-            "reason_codes": [r.code for r in rec.reasons],
-            "supports": supports(rec.stage, rec.outcome, rec.claim_layer, rec.aa_control),
-            "load": [c.model_dump() for c in rec.load],
-            "ran_on": [r.model_dump(mode="json") for r in rec.ran_on], "cases": case_rows(rec),
-            "hypothesis": rec.hypothesis, "mechanism_key": rec.mechanism_key,
-            "cheapest_falsifier": rec.cheapest_falsifier, "cost": rec.cost}
+    outcome_text = rec.outcome + (
+        f" ({', '.join(rec.blocking_constraints)})" if rec.blocking_constraints else ""
+    )
+    return {
+        "experiment": ref.model_dump(),
+        "experiment_target": rec.target.id,
+        "stage": rec.stage,
+        "stage_outcome": rec.outcome,
+        "stage_outcome_text": outcome_text,
+        "primary_verdict": rec.primary_verdict,
+        "constraint_verdicts": rec.constraint_verdicts,
+        "blocking_constraints": rec.blocking_constraints,
+        "aa_control": rec.aa_control,
+        "reasons": [r.model_dump() for r in rec.reasons],
+        "reason_codes": [r.code for r in rec.reasons],
+        "supports": supports(rec.stage, rec.outcome, rec.claim_layer, rec.aa_control),
+        "load": [c.model_dump() for c in rec.load],
+        "ran_on": [r.model_dump(mode="json") for r in rec.ran_on],
+        "cases": case_rows(rec),
+        "hypothesis": rec.hypothesis,
+        "mechanism_key": rec.mechanism_key,
+        "cheapest_falsifier": rec.cheapest_falsifier,
+        "cost": rec.cost,
+    }

@@ -19,9 +19,14 @@ PER_SAMPLE_FIELDS = ("foreign_cpu_cores", "foreign_gpu_contexts", "throttle")
 
 def window_load(summary: dict[str, Any] | None) -> WindowLoad:
     s = summary or {}
-    return WindowLoad(host_cpus=s.get("host_cpus"), foreign_cpu_cores_median=s.get("foreign_cores_median"),
-                      foreign_gpu_contexts=s.get("foreign_gpu_contexts"), throttled_share=s.get("throttled_share"),
-                      clock_note=s.get("clock_note"), sampler_note=s.get("note"))
+    return WindowLoad(
+        host_cpus=s.get("host_cpus"),
+        foreign_cpu_cores_median=s.get("foreign_cores_median"),
+        foreign_gpu_contexts=s.get("foreign_gpu_contexts"),
+        throttled_share=s.get("throttled_share"),
+        clock_note=s.get("clock_note"),
+        sampler_note=s.get("note"),
+    )
 
 
 def _per_rep(s: Series, name: str) -> list[Any] | None:
@@ -43,10 +48,17 @@ def sample_loads(result: DriverResult | None) -> list[SampleLoad]:
             continue
         for i, rep in enumerate(s.reps):
             cpu, ctx, thr = (cols[n][i] if cols[n] is not None else None for n in PER_SAMPLE_FIELDS)  # type: ignore[index]
-            out.append(SampleLoad(subject=s.subject, case=s.case, rep=rep,
-                                  foreign_cpu_cores=None if cpu is None else float(cpu),
-                                  foreign_gpu_contexts=None if ctx is None else int(ctx),
-                                  sm_mhz=_sm_mhz(s, i), throttle=None if thr is None else list(thr)))
+            out.append(
+                SampleLoad(
+                    subject=s.subject,
+                    case=s.case,
+                    rep=rep,
+                    foreign_cpu_cores=None if cpu is None else float(cpu),
+                    foreign_gpu_contexts=None if ctx is None else int(ctx),
+                    sm_mhz=_sm_mhz(s, i),
+                    throttle=None if thr is None else list(thr),
+                )
+            )
     return out
 
 

@@ -24,8 +24,9 @@ from .snapshot import materialize, remove_tree
 SUBJECT_ROOT = "/cko/subjects"
 
 
-def paired_schedule(case_ids: list[str], ref: str, cand: str, pairs: int, seed: int,
-                    start_rep: int = 0) -> tuple[list[ScheduleItem], list[str]]:
+def paired_schedule(
+    case_ids: list[str], ref: str, cand: str, pairs: int, seed: int, start_rep: int = 0
+) -> tuple[list[ScheduleItem], list[str]]:
     """Randomised ABBA/BAAB blocks per case (seeded); pair i = (ref rep i, cand rep i)."""
     rng = random.Random(seed)
     items: list[ScheduleItem] = []
@@ -37,10 +38,15 @@ def paired_schedule(case_ids: list[str], ref: str, cand: str, pairs: int, seed: 
             order = rng.choice(("ABBA", "BAAB"))
             blocks.append(order)
             first, second = (ref, cand) if order == "ABBA" else (cand, ref)
-            items += [ScheduleItem(subject=first, case=case, rep=i), ScheduleItem(subject=second, case=case, rep=i)]
+            items += [
+                ScheduleItem(subject=first, case=case, rep=i),
+                ScheduleItem(subject=second, case=case, rep=i),
+            ]
             if i + 1 < end:
-                items += [ScheduleItem(subject=second, case=case, rep=i + 1),
-                          ScheduleItem(subject=first, case=case, rep=i + 1)]
+                items += [
+                    ScheduleItem(subject=second, case=case, rep=i + 1),
+                    ScheduleItem(subject=first, case=case, rep=i + 1),
+                ]
             i += 2
     return items, blocks
 
@@ -72,31 +78,52 @@ def pick_gpus(target: Target) -> list[str]:
 WORKER_UIDS = range(61000, 61064)
 
 
-def _driver_request(target: Target, subjects: dict[str, Snapshot], schedule: list[ScheduleItem], mode: str,
-                    seed: int, warmup: int | None, trusted: bool) -> DriverRequest:
+def _driver_request(
+    target: Target,
+    subjects: dict[str, Snapshot],
+    schedule: list[ScheduleItem],
+    mode: str,
+    seed: int,
+    warmup: int | None,
+    trusted: bool,
+) -> DriverRequest:
     assert target.objective is not None and target.accuracy is not None
     ids = list(subjects)
-    workers = [] if trusted else [WorkerSlot(subject=sid, uid=WORKER_UIDS[i], gid=WORKER_UIDS[i])
-                                  for i, sid in enumerate(ids)]
+    workers = (
+        []
+        if trusted
+        else [WorkerSlot(subject=sid, uid=WORKER_UIDS[i], gid=WORKER_UIDS[i]) for i, sid in enumerate(ids)]
+    )
     metrics = [target.objective.primary] + [c.metric for c in target.objective.constraints]
-    return DriverRequest(mode=mode, subjects=[Subject(id=sid, path=f"{SUBJECT_ROOT}/{sid}") for sid in ids],  # type: ignore[arg-type]
-                         cases=target.cases, schedule=schedule,
-                         warmup=target.plan.warmup if warmup is None else warmup, metrics=metrics,
-                         accuracy=target.accuracy, seed=seed, device=target.device,  # type: ignore[arg-type]
-                         result_path="/tmp/unused", entry=target.entry, workers=workers,
-                         command_timeout_s=target.process_timeout_s)
+    return DriverRequest(
+        mode=mode,  # type: ignore[arg-type]
+        subjects=[Subject(id=sid, path=f"{SUBJECT_ROOT}/{sid}") for sid in ids],
+        cases=target.cases,
+        schedule=schedule,
+        warmup=target.plan.warmup if warmup is None else warmup,
+        metrics=metrics,
+        accuracy=target.accuracy,
+        seed=seed,
+        device=target.device,  # type: ignore[arg-type]
+        result_path="/tmp/unused",
+        entry=target.entry,
+        workers=workers,
+        command_timeout_s=target.process_timeout_s,
+    )
 
 
-def _mounts(store: Store, target: Target, subjects: dict[str, Snapshot], scratch: Path,
-            req: DriverRequest) -> tuple[list[Mount], list[WorkerLaunch]]:
+def _mounts(
+    store: Store, target: Target, subjects: dict[str, Snapshot], scratch: Path, req: DriverRequest
+) -> tuple[list[Mount], list[WorkerLaunch]]:
     """The supervisor's mounts and the workers' launches.
 
     Workers: the harness (the original without the files a variant may change) and their own
     subject. Harness-trusted: every subject mounted into the one container, as before."""
     assert target.original is not None and target.driver is not None
     trusted = not req.workers
-    harness = materialize(store, target.original, scratch / "harness",
-                          leave_out=None if trusted else target.allowed_paths)
+    harness = materialize(
+        store, target.original, scratch / "harness", leave_out=None if trusted else target.allowed_paths
+    )
     mounts = [Mount(str(harness), "/cko/harness", read_only=True)]
     by_snap: dict[str, Path] = {}
     for sid, snap in subjects.items():
@@ -106,21 +133,48 @@ def _mounts(store: Store, target: Target, subjects: dict[str, Snapshot], scratch
             mounts.append(Mount(str(by_snap[snap.sha256]), f"{SUBJECT_ROOT}/{sid}", read_only=True))
     launches = []
     for w in req.workers:
-        env = target.driver.env | {"CKO_ROLE": "worker", "CKO_SUBJECT": w.subject, "CKO_SUBJECT_PATH": "/cko/subject",
-                                   "CKO_SOCKET": f"{req.ipc_dir}/sup.sock", "CKO_ENTRY": target.entry,
-                                   "CKO_DEVICE": target.device}
-        launches.append(WorkerLaunch(subject=w.subject, uid=w.uid, command=list(target.driver.command), env=env,
-                                     mounts=[Mount(str(harness), "/cko/harness", read_only=True),
-                                             Mount(str(by_snap[subjects[w.subject].sha256]), "/cko/subject",
-                                                   read_only=True)]))
+        env = target.driver.env | {
+            "CKO_ROLE": "worker",
+            "CKO_SUBJECT": w.subject,
+            "CKO_SUBJECT_PATH": "/cko/subject",
+            "CKO_SOCKET": f"{req.ipc_dir}/sup.sock",
+            "CKO_ENTRY": target.entry,
+            "CKO_DEVICE": target.device,
+        }
+        launches.append(
+            WorkerLaunch(
+                subject=w.subject,
+                uid=w.uid,
+                command=list(target.driver.command),
+                env=env,
+                mounts=[
+                    Mount(str(harness), "/cko/harness", read_only=True),
+                    Mount(str(by_snap[subjects[w.subject].sha256]), "/cko/subject", read_only=True),
+                ],
+            )
+        )
     return mounts, launches
 
 
-def run_measurement(store: Store, target: Target, subjects: dict[str, Snapshot], schedule: list[ScheduleItem],
-                    *, mode: Literal["smoke", "measure"], seed: int, acquisition: str, label: str, parent: dict[str, Any],
-                    warmup: int | None = None, progress: Any = None, telemetry: bool = True,
-                    counters: bool = False, policy_path: str | None = None,
-                    keep: tuple[str, ...] = (), executor: Executor = LOCAL) -> Measured:
+def run_measurement(
+    store: Store,
+    target: Target,
+    subjects: dict[str, Snapshot],
+    schedule: list[ScheduleItem],
+    *,
+    mode: Literal["smoke", "measure"],
+    seed: int,
+    acquisition: str,
+    label: str,
+    parent: dict[str, Any],
+    warmup: int | None = None,
+    progress: Any = None,
+    telemetry: bool = True,
+    counters: bool = False,
+    policy_path: str | None = None,
+    keep: tuple[str, ...] = (),
+    executor: Executor = LOCAL,
+) -> Measured:
     """One `measure` invocation: the supervisor's container plus one worker container per subject.
 
     The whole schedule (every pair) is one invocation, so one executor call: on a fleet too, the
@@ -128,17 +182,29 @@ def run_measurement(store: Store, target: Target, subjects: dict[str, Snapshot],
     one worker per subject. A hand-written driver (driver.kind harness_trusted) runs as before,
     every subject in its process, and the result says so.
     """
-    if target.original is None or target.driver is None or target.accuracy is None or target.objective is None:
-        raise CkoError("a diagnostic target cannot be measured", exit_code=Exit.BAD_REQUEST, code="diagnostic_target",
-                       field="target")
+    if (
+        target.original is None
+        or target.driver is None
+        or target.accuracy is None
+        or target.objective is None
+    ):
+        raise CkoError(
+            "a diagnostic target cannot be measured",
+            exit_code=Exit.BAD_REQUEST,
+            code="diagnostic_target",
+            field="target",
+        )
     trusted = target.driver.kind == "harness_trusted"
     scratch = store.root / "scratch" / new_id("mea")
     try:
         req = _driver_request(target, subjects, schedule, mode, seed, warmup, trusted)
         mounts, launches = _mounts(store, target, subjects, scratch, req)
-        plan_doc = {"driver": {"command": target.driver.command, "cwd": "/cko/harness", "env": target.driver.env},
-                    "boundary": "harness_trusted" if trusted else "workers", "request": req.model_dump(mode="json"),
-                    "process_timeout_s": target.timeout_s if not trusted else target.process_timeout_s}
+        plan_doc = {
+            "driver": {"command": target.driver.command, "cwd": "/cko/harness", "env": target.driver.env},
+            "boundary": "harness_trusted" if trusted else "workers",
+            "request": req.model_dump(mode="json"),
+            "process_timeout_s": target.timeout_s if not trusted else target.process_timeout_s,
+        }
         plan_dir = scratch / "plan"
         plan_dir.mkdir()
         (plan_dir / "plan.json").write_text(json.dumps(plan_doc))
@@ -146,13 +212,34 @@ def run_measurement(store: Store, target: Target, subjects: dict[str, Snapshot],
         plan_dir.chmod(0o555)
         mounts.append(Mount(str(plan_dir / "plan.json"), "/cko/request/plan.json", read_only=True))
         scratch.chmod(0o755)
-        inv = Plan(op="measure", image=target.image, gpus=pick_gpus(target), gpu_mode=target.gpu.mode,
-                   command=["/opt/cko/bin/python", "-I", "-m", "operations", "measure", "--plan",
-                            "/cko/request/plan.json", "--out", "/cko/out"],
-                   mounts=mounts, timeout_s=target.timeout_s, memory=target.memory, label=label,
-                   workdir="/cko/harness", parent=parent, telemetry=telemetry, counters=counters,
-                   policy_path=policy_path, env={"CKO_KEEP_OUTPUTS": ",".join(keep)} if keep else {},
-                   workers=launches)
+        inv = Plan(
+            op="measure",
+            image=target.image,
+            gpus=pick_gpus(target),
+            gpu_mode=target.gpu.mode,
+            command=[
+                "/opt/cko/bin/python",
+                "-I",
+                "-m",
+                "operations",
+                "measure",
+                "--plan",
+                "/cko/request/plan.json",
+                "--out",
+                "/cko/out",
+            ],
+            mounts=mounts,
+            timeout_s=target.timeout_s,
+            memory=target.memory,
+            label=label,
+            workdir="/cko/harness",
+            parent=parent,
+            telemetry=telemetry,
+            counters=counters,
+            policy_path=policy_path,
+            env={"CKO_KEEP_OUTPUTS": ",".join(keep)} if keep else {},
+            workers=launches,
+        )
         outcome = executor(store, inv, progress=progress, keep_outputs=True)
         try:
             return _read_back(store, outcome, keep)
@@ -171,26 +258,44 @@ def _read_back(store: Store, outcome: Outcome, keep: tuple[str, ...]) -> Measure
     failure = doc.get("failure")
     if failure is None and res.state != "succeeded":
         tail = (res.stderr_tail or "").strip()[-600:]
-        failure = {"code": "invocation_" + res.state, "field": "invocation",
-                   "message": (res.reason or res.state) + (f"; stderr: {tail}" if tail else "")}
+        failure = {
+            "code": "invocation_" + res.state,
+            "field": "invocation",
+            "message": (res.reason or res.state) + (f"; stderr: {tail}" if tail else ""),
+        }
     kept = {}
     for name in keep:
         path = outcome.output_path(name)
         if path is not None:
             kept[name] = path.read_bytes()
     ref = Ref(id=outcome.id, sha256=_result_sha(store, outcome.id))
-    return Measured(invocation=ref, result=dr, failure=failure, processes=list(doc.get("processes") or []),
-                    telemetry=res.telemetry_summary, identity=res.identity, state=res.state,
-                    exit_code=res.exit_code, reason=res.reason, kept=kept, ran_on=ran_on(ref, outcome))
+    return Measured(
+        invocation=ref,
+        result=dr,
+        failure=failure,
+        processes=list(doc.get("processes") or []),
+        telemetry=res.telemetry_summary,
+        identity=res.identity,
+        state=res.state,
+        exit_code=res.exit_code,
+        reason=res.reason,
+        kept=kept,
+        ran_on=ran_on(ref, outcome),
+    )
 
 
 def ran_on(ref: Ref, outcome: Outcome) -> RanOn:
     ident = outcome.result.identity
     where = outcome.where or {}
-    return RanOn(invocation=ref, backend="fleet" if outcome.where else "local",
-                 host_id=ident.host.host_id if ident else None, fleet=where.get("fleet"),
-                 node_id=where.get("node_id"), hostname=where.get("hostname"),
-                 devices=[d.uuid for d in ident.devices] if ident else [])
+    return RanOn(
+        invocation=ref,
+        backend="fleet" if outcome.where else "local",
+        host_id=ident.host.host_id if ident else None,
+        fleet=where.get("fleet"),
+        node_id=where.get("node_id"),
+        hostname=where.get("hostname"),
+        devices=[d.uuid for d in ident.devices] if ident else [],
+    )
 
 
 def _result_sha(store: Store, inv_id: str) -> str:

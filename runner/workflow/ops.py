@@ -49,8 +49,10 @@ def _rel_inside(base: Path, rel: str, field: str) -> Path:
 
 # -- readiness ------------------------------------------------------------------------------
 
-def readiness(store: Store, req: ReadinessRequest, base: Path, progress: Progress,
-              executor: Executor = LOCAL) -> tuple[dict[str, Any], int]:
+
+def readiness(
+    store: Store, req: ReadinessRequest, base: Path, progress: Progress, executor: Executor = LOCAL
+) -> tuple[dict[str, Any], int]:
     workload = (base / req.workload).resolve()
     if not workload.is_dir():
         raise bad_request(f"workload: {workload} is not a directory", field="workload")
@@ -72,42 +74,85 @@ def readiness(store: Store, req: ReadinessRequest, base: Path, progress: Progres
             block("allowed_paths", f"{p} not found in {workload}", "list only files the original has")
     script = next((c for c in req.driver.command[1:] if c.endswith(".py")), None)
     if script and not (workload / script).is_file():
-        block("driver", f"driver script {script} not found in {workload}", "put the driver in the workload directory")
+        block(
+            "driver",
+            f"driver script {script} not found in {workload}",
+            "put the driver in the workload directory",
+        )
     blockers += executor.preflight(req.image, max(1, req.gpu.count) if req.gpu.required else 0)
     if blockers:
         return {"ready": False, "blockers": blockers}, int(Exit.FAILED)
     snap = take(store, workload, req.exclude)
     request_obj = store.put_json(req)
     tid = new_id("tgt")
-    target = Target(id=tid, name=req.name, mode="optimization", claim_layer=req.claim_layer, created_at=now(),
-                    original=snap, entry=req.entry,
-                    allowed_paths=req.allowed_paths, driver=req.driver, image=req.image, device=req.device,
-                    gpu=req.gpu, cases=req.cases, objective=req.objective, accuracy=req.accuracy, plan=req.plan,
-                    timeout_s=req.timeout_s, process_timeout_s=req.process_timeout_s, memory=req.memory,
-                    request=ObjectRef(sha256=request_obj["sha256"], size=request_obj["size"], name="readiness.json"))
+    target = Target(
+        id=tid,
+        name=req.name,
+        mode="optimization",
+        claim_layer=req.claim_layer,
+        created_at=now(),
+        original=snap,
+        entry=req.entry,
+        allowed_paths=req.allowed_paths,
+        driver=req.driver,
+        image=req.image,
+        device=req.device,
+        gpu=req.gpu,
+        cases=req.cases,
+        objective=req.objective,
+        accuracy=req.accuracy,
+        plan=req.plan,
+        timeout_s=req.timeout_s,
+        process_timeout_s=req.process_timeout_s,
+        memory=req.memory,
+        request=ObjectRef(sha256=request_obj["sha256"], size=request_obj["size"], name="readiness.json"),
+    )
     items = [it for c in req.cases for it in _reps("original", c.id, 2)]
     progress("readiness: two-sample smoke of the original")
-    m = run_measurement(store, target, {"original": snap}, items, mode="smoke", seed=0,
-                        acquisition=req.plan.acquisition, label=f"readiness {req.name}",
-                        parent={"readiness": req.name}, warmup=min(1, req.plan.warmup), progress=progress,
-                        telemetry=False, executor=executor)
+    m = run_measurement(
+        store,
+        target,
+        {"original": snap},
+        items,
+        mode="smoke",
+        seed=0,
+        acquisition=req.plan.acquisition,
+        label=f"readiness {req.name}",
+        parent={"readiness": req.name},
+        warmup=min(1, req.plan.warmup),
+        progress=progress,
+        telemetry=False,
+        executor=executor,
+    )
     if m.failure:
         f = m.failure
-        block("smoke", f"{f.get('code')}: {f.get('message')} (field {f.get('field')})", _smoke_step(f, req.image))
+        block(
+            "smoke",
+            f"{f.get('code')}: {f.get('message')} (field {f.get('field')})",
+            _smoke_step(f, req.image),
+        )
     elif m.result is not None:
         for s in m.result.series:
             if not s.accuracy.passed:
-                block("accuracy", f"original fails its own accuracy rule on case {s.case}: {s.accuracy.detail}",
-                      "fix the reference or loosen the tolerance")
+                block(
+                    "accuracy",
+                    f"original fails its own accuracy rule on case {s.case}: {s.accuracy.detail}",
+                    "fix the reference or loosen the tolerance",
+                )
         for v in m.result.integrity:
             block("integrity", v, "the original must not trip the driver's integrity checks")
     if blockers:
         return {"ready": False, "blockers": blockers, "smoke": m.invocation.model_dump()}, int(Exit.FAILED)
     target = target.model_copy(update={"identity": m.identity, "smoke": m.invocation, "ran_on": m.ran_on})
     ref = _put_record(store, "targets", tid, target)
-    return {"ready": True, "target": ref.model_dump(), "snapshot": snap.sha256, "smoke": m.invocation.model_dump(),
-            "identity": m.identity.model_dump(mode="json") if m.identity else None,
-            "ran_on": _ran_on_doc(m)}, int(Exit.DONE)
+    return {
+        "ready": True,
+        "target": ref.model_dump(),
+        "snapshot": snap.sha256,
+        "smoke": m.invocation.model_dump(),
+        "identity": m.identity.model_dump(mode="json") if m.identity else None,
+        "ran_on": _ran_on_doc(m),
+    }, int(Exit.DONE)
 
 
 def _smoke_step(f: dict[str, Any], image: str) -> str:
@@ -117,10 +162,14 @@ def _smoke_step(f: dict[str, Any], image: str) -> str:
     if mod:
         top = mod.group(1).split(".")[0]
         if top == "torch" and image != "torch-cpu":
-            return (f"image {image} has no torch: on CPU use \"image\": \"torch-cpu\" (cko images build torch-cpu), "
-                    "on a GPU the cuda image")
-        return (f"image {image} has no {top}: add it to a recipe (cko-images/NAME.yaml: base: cpu, packages: [{top}]), "
-                "`cko images build NAME`, and name that image in the request")
+            return (
+                f'image {image} has no torch: on CPU use "image": "torch-cpu" (cko images build torch-cpu), '
+                "on a GPU the cuda image"
+            )
+        return (
+            f"image {image} has no {top}: add it to a recipe (cko-images/NAME.yaml: base: cpu, packages: [{top}]), "
+            "`cko images build NAME`, and name that image in the request"
+        )
     return "fix the driver so it returns exactly the declared metrics, units and sample counts"
 
 
@@ -135,7 +184,9 @@ def _reps(subject: str, case: str, n: int, start: int = 0) -> list[Any]:
     return [ScheduleItem(subject=subject, case=case, rep=i) for i in range(start, start + n)]
 
 
-def _diagnostic(store: Store, req: ReadinessRequest, base: Path, workload: Path) -> tuple[dict[str, Any], int]:
+def _diagnostic(
+    store: Store, req: ReadinessRequest, base: Path, workload: Path
+) -> tuple[dict[str, Any], int]:
     reports = []
     for i, r in enumerate(req.reports):
         p = base / r
@@ -144,17 +195,37 @@ def _diagnostic(store: Store, req: ReadinessRequest, base: Path, workload: Path)
         ref = store.put_file(p)
         reports.append(ObjectRef(sha256=ref["sha256"], size=ref["size"], name=Path(r).name))
     hg = gpumod.host_gpus()
-    identity = EnvironmentIdentity(host=host_identity(), driver_version=hg.driver_version,
-                                   cuda_driver_version=hg.cuda_driver_version, devices=hg.devices)
+    identity = EnvironmentIdentity(
+        host=host_identity(),
+        driver_version=hg.driver_version,
+        cuda_driver_version=hg.cuda_driver_version,
+        devices=hg.devices,
+    )
     request_obj = store.put_json(req)
     tid = new_id("tgt")
-    target = Target(id=tid, name=req.name, mode="diagnostic", created_at=now(), image=req.image, device=req.device,
-                    gpu=req.gpu, plan=req.plan, timeout_s=req.timeout_s, process_timeout_s=req.process_timeout_s,
-                    memory=req.memory, identity=identity, reports=reports,
-                    request=ObjectRef(sha256=request_obj["sha256"], size=request_obj["size"], name="readiness.json"))
+    target = Target(
+        id=tid,
+        name=req.name,
+        mode="diagnostic",
+        created_at=now(),
+        image=req.image,
+        device=req.device,
+        gpu=req.gpu,
+        plan=req.plan,
+        timeout_s=req.timeout_s,
+        process_timeout_s=req.process_timeout_s,
+        memory=req.memory,
+        identity=identity,
+        reports=reports,
+        request=ObjectRef(sha256=request_obj["sha256"], size=request_obj["size"], name="readiness.json"),
+    )
     tref = _put_record(store, "targets", tid, target)
-    return {"ready": True, "target": tref.model_dump(), "mode": "diagnostic",
-            "note": "a diagnostic target binds reports only and can never carry a performance claim"}, 0
+    return {
+        "ready": True,
+        "target": tref.model_dump(),
+        "mode": "diagnostic",
+        "note": "a diagnostic target binds reports only and can never carry a performance claim",
+    }, 0
 
 
 def _measure_failure(m: Measured) -> str:
@@ -164,8 +235,10 @@ def _measure_failure(m: Measured) -> str:
 
 # -- baseline -------------------------------------------------------------------------------
 
-def baseline(store: Store, req: BaselineRequest, progress: Progress,
-             executor: Executor = LOCAL) -> tuple[dict[str, Any], int]:
+
+def baseline(
+    store: Store, req: BaselineRequest, progress: Progress, executor: Executor = LOCAL
+) -> tuple[dict[str, Any], int]:
     t, tref = get_target(store, req.target)
     _require_optimization(t)
     assert t.objective and t.original
@@ -177,12 +250,24 @@ def baseline(store: Store, req: BaselineRequest, progress: Progress,
         sched, _ = paired_schedule([c.id], "aa-ref", "aa-cand", m_pairs, req.seed)
         items += sched
     progress(f"baseline: {n} samples per case and {m_pairs} A/A pairs")
-    m = run_measurement(store, t, {"original": t.original, "aa-ref": t.original, "aa-cand": t.original}, items,
-                        mode="measure", seed=req.seed, acquisition=t.plan.acquisition, label=f"baseline {t.name}",
-                        parent={"target": tref.model_dump()}, progress=progress, executor=executor)
+    m = run_measurement(
+        store,
+        t,
+        {"original": t.original, "aa-ref": t.original, "aa-cand": t.original},
+        items,
+        mode="measure",
+        seed=req.seed,
+        acquisition=t.plan.acquisition,
+        label=f"baseline {t.name}",
+        parent={"target": tref.model_dump()},
+        progress=progress,
+        executor=executor,
+    )
     if m.failure or m.result is None:
-        raise failed(f"baseline measurement failed: {_measure_failure(m)} (invocation {m.invocation.id})",
-                     code="measurement_failed")
+        raise failed(
+            f"baseline measurement failed: {_measure_failure(m)} (invocation {m.invocation.id})",
+            code="measurement_failed",
+        )
     sm = analysis.series_map(m.result)
     prim = t.objective.primary
     cases = []
@@ -191,38 +276,81 @@ def baseline(store: Store, req: BaselineRequest, progress: Progress,
         aa_ref, aa_cand = sm[("aa-ref", c.id)], sm[("aa-cand", c.id)]
         kept, _ = analysis.kept_pairs(aa_ref, aa_cand, exclude_ramping=False)
         a, b = analysis.pairs_for(aa_ref, aa_cand, prim.name, kept)
-        res = stats.resolution(a, b, direction=prim.direction, confidence=t.plan.confidence, seed=req.seed,
-                               resamples=t.plan.bootstrap_resamples, keep_pairs=True, metric=prim.name)
+        res = stats.resolution(
+            a,
+            b,
+            direction=prim.direction,
+            confidence=t.plan.confidence,
+            seed=req.seed,
+            resamples=t.plan.bootstrap_resamples,
+            keep_pairs=True,
+            metric=prim.name,
+        )
         r_at = res.resolution_pct_at(t.plan.target_pairs)
         samples = s.samples[prim.name]
-        cases.append(CaseBaseline(case=c.id, samples=samples, unit=prim.unit, median=float(sorted(samples)[len(samples) // 2]),
-                                  aa=res.model_dump(mode="json"), resolution_pct=r_at))
+        cases.append(
+            CaseBaseline(
+                case=c.id,
+                samples=samples,
+                unit=prim.unit,
+                median=float(sorted(samples)[len(samples) // 2]),
+                aa=res.model_dump(mode="json"),
+                resolution_pct=r_at,
+            )
+        )
     worst = max(cb.resolution_pct for cb in cases)
     ok = t.objective.min_effect_pct > worst
-    note = (f"minimum effect {t.objective.min_effect_pct:g}% is above the A/A resolution {worst:.2f}% "
-            f"at {t.plan.target_pairs} pairs" if ok else
-            f"minimum effect {t.objective.min_effect_pct:g}% is at or below the A/A resolution {worst:.2f}% at "
-            f"{t.plan.target_pairs} pairs: this environment cannot confirm it (raise the minimum or the pairs)")
+    note = (
+        f"minimum effect {t.objective.min_effect_pct:g}% is above the A/A resolution {worst:.2f}% "
+        f"at {t.plan.target_pairs} pairs"
+        if ok
+        else f"minimum effect {t.objective.min_effect_pct:g}% is at or below the A/A resolution {worst:.2f}% at "
+        f"{t.plan.target_pairs} pairs: this environment cannot confirm it (raise the minimum or the pairs)"
+    )
     mismatch = compare(t.identity, m.identity) if t.identity and m.identity else []
     load = window_load(m.telemetry)
     loaded = under_load(load)
     if loaded is not None:
         note += f". {loaded.message}"
     bid = new_id("bas")
-    rec = Baseline(id=bid, target=tref, created_at=now(), invocation=m.invocation, seed=req.seed, samples_per_case=n,
-                   aa_pairs=m_pairs, cases=cases, resolution_pct=worst, min_effect_pct=t.objective.min_effect_pct,
-                   min_effect_resolvable=ok, note=note, identity_mismatch=mismatch, telemetry=m.telemetry,
-                   ran_on=m.ran_on, load=load, measured_under_load=loaded is not None,
-                   warnings=[loaded] if loaded else [])
+    rec = Baseline(
+        id=bid,
+        target=tref,
+        created_at=now(),
+        invocation=m.invocation,
+        seed=req.seed,
+        samples_per_case=n,
+        aa_pairs=m_pairs,
+        cases=cases,
+        resolution_pct=worst,
+        min_effect_pct=t.objective.min_effect_pct,
+        min_effect_resolvable=ok,
+        note=note,
+        identity_mismatch=mismatch,
+        telemetry=m.telemetry,
+        ran_on=m.ran_on,
+        load=load,
+        measured_under_load=loaded is not None,
+        warnings=[loaded] if loaded else [],
+    )
     ref = _put_record(store, "baselines", bid, rec)
-    return {"baseline": ref.model_dump(), "resolution_pct": worst, "min_effect_resolvable": ok, "note": note,
-            "measured_under_load": loaded is not None, "warnings": [w.model_dump() for w in rec.warnings],
-            "ran_on": _ran_on_doc(m),
-            "cases": [{"case": cb.case, "median": cb.median, "unit": cb.unit, "resolution_pct": cb.resolution_pct}
-                      for cb in cases]}, 0
+    return {
+        "baseline": ref.model_dump(),
+        "resolution_pct": worst,
+        "min_effect_resolvable": ok,
+        "note": note,
+        "measured_under_load": loaded is not None,
+        "warnings": [w.model_dump() for w in rec.warnings],
+        "ran_on": _ran_on_doc(m),
+        "cases": [
+            {"case": cb.case, "median": cb.median, "unit": cb.unit, "resolution_pct": cb.resolution_pct}
+            for cb in cases
+        ],
+    }, 0
 
 
 # -- variant --------------------------------------------------------------------------------
+
 
 def variant(store: Store, req: VariantRequest, base: Path) -> tuple[dict[str, Any], int]:
     t, tref = get_target(store, req.target)
@@ -243,8 +371,12 @@ def variant(store: Store, req: VariantRequest, base: Path) -> tuple[dict[str, An
     files = scan(overlay, [], field="path")
     outside = [rel for rel, _, _ in files if rel not in t.allowed_paths]
     if outside:
-        raise bad_request(f"path: the variant changes {', '.join(outside)}, outside allowed_paths "
-                          f"[{', '.join(t.allowed_paths)}]", field="path", code="outside_allowed_paths")
+        raise bad_request(
+            f"path: the variant changes {', '.join(outside)}, outside allowed_paths "
+            f"[{', '.join(t.allowed_paths)}]",
+            field="path",
+            code="outside_allowed_paths",
+        )
     if not files:
         raise bad_request(f"path: {overlay} holds none of the allowed paths", field="path")
     parent_manifest = load_manifest(store, parent_snap)
@@ -255,17 +387,38 @@ def variant(store: Store, req: VariantRequest, base: Path) -> tuple[dict[str, An
         by_path[f["path"]] = f
     snap = commit(store, {"kind": "cko/snapshot-v1", "files": [by_path[k] for k in sorted(by_path)]})
     vid = new_id("var")
-    rec = Variant(id=vid, target=tref, created_at=now(), parent=req.parent, parent_snapshot=parent_snap.sha256,
-                  parent_selection=parent_sel, snapshot=snap, changed=changed, claim=req.claim,
-                  identical_to_parent=not changed)
+    rec = Variant(
+        id=vid,
+        target=tref,
+        created_at=now(),
+        parent=req.parent,
+        parent_snapshot=parent_snap.sha256,
+        parent_selection=parent_sel,
+        snapshot=snap,
+        changed=changed,
+        claim=req.claim,
+        identical_to_parent=not changed,
+    )
     ref = _put_record(store, "variants", vid, rec)
-    doc = {"variant": ref.model_dump(), "snapshot": snap.sha256, "changed": changed, "identical_to_parent": not changed}
+    doc = {
+        "variant": ref.model_dump(),
+        "snapshot": snap.sha256,
+        "changed": changed,
+        "identical_to_parent": not changed,
+    }
     if not changed:
         doc["note"] = "identical to its parent: experiments on it are A/A controls"
     return doc, 0
 
 
-
-
-__all__ = ["Progress", "baseline", "get_target", "load_request", "now", "readiness", "snapshot_by_sha", "variant",
-           "with_ids"]
+__all__ = [
+    "Progress",
+    "baseline",
+    "get_target",
+    "load_request",
+    "now",
+    "readiness",
+    "snapshot_by_sha",
+    "variant",
+    "with_ids",
+]

@@ -24,8 +24,11 @@ def recompute(store: Store, e: Experiment) -> tuple[Decision | None, list[str]]:
         return None, ["recorded without its decision inputs: the verdict cannot be recomputed"]
     try:
         t, _ = store.get_record("targets", e.target.id, Target, sha256=e.target.sha256)
-        samples = (DriverResult.model_validate(store.read_json_object(e.samples.sha256))
-                   if e.samples is not None else None)
+        samples = (
+            DriverResult.model_validate(store.read_json_object(e.samples.sha256))
+            if e.samples is not None
+            else None
+        )
         aa = content_key(store, e.reference["snapshot"]) == content_key(store, e.candidate_snapshot)
     except (CkoError, ValueError, KeyError) as exc:
         return None, [f"its inputs cannot be read: {getattr(exc, 'message', exc)}"]
@@ -43,13 +46,21 @@ def recompute(store: Store, e: Experiment) -> tuple[Decision | None, list[str]]:
 def disagreements(e: Experiment, d: Decision) -> list[str]:
     out = []
     pairs: list[tuple[str, Any, Any]] = [
-        ("stage outcome", e.outcome, d.stage_outcome), ("primary verdict", e.primary_verdict, d.primary_verdict),
+        ("stage outcome", e.outcome, d.stage_outcome),
+        ("primary verdict", e.primary_verdict, d.primary_verdict),
         ("constraint verdicts", e.constraint_verdicts, d.constraint_verdicts),
         ("blocking constraints", e.blocking_constraints, d.blocking_constraints),
         ("reason codes", [r.code for r in e.reasons], d.codes),
-        ("case verdicts", [c.primary.get("verdict") for c in e.cases], [c.primary.get("verdict") for c in d.cases]),
-        ("case intervals", [(c.primary.get("ci_low_pct"), c.primary.get("ci_high_pct")) for c in e.cases],
-         [(c.primary.get("ci_low_pct"), c.primary.get("ci_high_pct")) for c in d.cases]),
+        (
+            "case verdicts",
+            [c.primary.get("verdict") for c in e.cases],
+            [c.primary.get("verdict") for c in d.cases],
+        ),
+        (
+            "case intervals",
+            [(c.primary.get("ci_low_pct"), c.primary.get("ci_high_pct")) for c in e.cases],
+            [(c.primary.get("ci_low_pct"), c.primary.get("ci_high_pct")) for c in d.cases],
+        ),
     ]
     for what, recorded, again in pairs:
         if recorded != again:
@@ -74,6 +85,8 @@ def recheck_store(store: Store) -> list[dict[str, str]]:
         _, diffs = recompute(store, e)
         problems += [{"path": rel, "problem": f"verdict_mismatch: {x}"} for x in diffs]
     for tid in pointer_targets(store):
-        problems += [{"path": f"champion/{tid}.json", "problem": f"dangling_champion: {x}"}
-                     for x in pointer_problems(store, tid)]
+        problems += [
+            {"path": f"champion/{tid}.json", "problem": f"dangling_champion: {x}"}
+            for x in pointer_problems(store, tid)
+        ]
     return problems

@@ -147,13 +147,19 @@ class Experiment(Closed):
     hypothesis: str | None = None
     mechanism_key: str | None = None
     cheapest_falsifier: dict[str, Any] | None = None  # the request's, with the result record's reference
-    cost: dict[str, Any] | None = None  # {"estimated": {...} | None, "actual": {seconds, gpus}, "vs_estimate"}
+    cost: dict[str, Any] | None = (
+        None  # {"estimated": {...} | None, "actual": {seconds, gpus}, "vs_estimate"}
+    )
 
     @field_validator("reasons", mode="before")
     @classmethod
     def _old_reasons(cls, v: Any) -> Any:
         # records written before reasons had codes: keep the sentence under a neutral code
-        return [{"code": "note", "message": r} if isinstance(r, str) else r for r in v] if isinstance(v, list) else v
+        return (
+            [{"code": "note", "message": r} if isinstance(r, str) else r for r in v]
+            if isinstance(v, list)
+            else v
+        )
 
 
 class StageEntry(Closed):

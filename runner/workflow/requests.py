@@ -15,9 +15,11 @@ class DriverCommand(Closed):
     command: list[str] = Field(min_length=1, description="run inside the container, cwd = the harness")
     env: dict[str, str] = Field(default_factory=dict)
     kind: Literal["helper", "harness_trusted"] = Field(
-        default="helper", description="helper: the driver calls operations.driver.main, and every subject runs in "
+        default="helper",
+        description="helper: the driver calls operations.driver.main, and every subject runs in "
         "its own worker (the trust boundary). harness_trusted: a hand-written cko/driver-v1 driver that loads the "
-        "subjects itself; every record says the candidate shared the harness's process")
+        "subjects itself; every record says the candidate shared the harness's process",
+    )
 
 
 class Constraint(Closed):
@@ -45,18 +47,40 @@ class LoadCeiling(Closed):
     unbalanced between the arms, or so high that the subject is starved of the machine.
     """
 
-    max_foreign_cpu_share: float = Field(default=0.9, gt=0, le=1.0, description=(
-        "void when other processes used more than this share of the host's CPU cores (median over "
-        "samples, or over the window where per-sample load is not recorded)"))
-    max_foreign_gpu_contexts: int = Field(default=0, ge=0, description=(
-        "void when more than this many other compute contexts ran on the measured GPU"))
-    max_throttled_share: float = Field(default=0.1, ge=0, le=1.0, description=(
-        "void when more than this share of samples ran under hardware/thermal/power throttling"))
-    imbalance_alpha: float = Field(default=0.01, gt=0, lt=0.5, description=(
-        "two-sided Wilcoxon signed-rank test of per-pair load differences (candidate - reference): "
-        "void below this p-value"))
-    imbalance_min_cores: float = Field(default=0.1, ge=0, description=(
-        "...and only when the median per-pair difference is at least this many CPU cores"))
+    max_foreign_cpu_share: float = Field(
+        default=0.9,
+        gt=0,
+        le=1.0,
+        description=(
+            "void when other processes used more than this share of the host's CPU cores (median over "
+            "samples, or over the window where per-sample load is not recorded)"
+        ),
+    )
+    max_foreign_gpu_contexts: int = Field(
+        default=0,
+        ge=0,
+        description=("void when more than this many other compute contexts ran on the measured GPU"),
+    )
+    max_throttled_share: float = Field(
+        default=0.1,
+        ge=0,
+        le=1.0,
+        description=("void when more than this share of samples ran under hardware/thermal/power throttling"),
+    )
+    imbalance_alpha: float = Field(
+        default=0.01,
+        gt=0,
+        lt=0.5,
+        description=(
+            "two-sided Wilcoxon signed-rank test of per-pair load differences (candidate - reference): "
+            "void below this p-value"
+        ),
+    )
+    imbalance_min_cores: float = Field(
+        default=0.1,
+        ge=0,
+        description=("...and only when the median per-pair difference is at least this many CPU cores"),
+    )
 
 
 class StatsPlan(Closed):
@@ -69,10 +93,14 @@ class StatsPlan(Closed):
     aa_pairs: int = Field(default=12, ge=3, le=10000)
     warmup: int = Field(default=3, ge=0, le=1000)
     acquisition: Literal["workers", "isolated", "same_process"] = Field(
-        default="workers", description="kept for old requests: every value means one worker per subject")
+        default="workers", description="kept for old requests: every value means one worker per subject"
+    )
     bootstrap_resamples: int = Field(default=4000, ge=200, le=100000)
-    exclude_ramping: bool = Field(default=True, description="pre-declared: drop pairs whose timed block started "
-                                  "below 90% of the series' settled SM clock; counted and reported")
+    exclude_ramping: bool = Field(
+        default=True,
+        description="pre-declared: drop pairs whose timed block started "
+        "below 90% of the series' settled SM clock; counted and reported",
+    )
     load: LoadCeiling = LoadCeiling()
 
     @model_validator(mode="after")
@@ -93,9 +121,13 @@ class ReadinessRequest(Closed):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     mode: Literal["optimization", "diagnostic"] = "optimization"
-    claim_layer: ClaimLayer = Field(default="kernel", description=(
-        "what the workload is: kernel (a micro-benchmark of one operation), workload (the user's test "
-        "workload) or service (end-to-end metric of a running service); no claim is wider than this"))
+    claim_layer: ClaimLayer = Field(
+        default="kernel",
+        description=(
+            "what the workload is: kernel (a micro-benchmark of one operation), workload (the user's test "
+            "workload) or service (end-to-end metric of a running service); no claim is wider than this"
+        ),
+    )
     workload: str = Field(default=".", description="the original's directory (relative to this file)")
     entry: str = Field(default="kernel.py", description="the subject file the driver loads")
     allowed_paths: list[str] = Field(default_factory=list, description="files a variant may change")
@@ -175,8 +207,11 @@ class CheapestFalsifier(Closed):
     was and the record holding its result, or why there was none."""
 
     tried: str | None = Field(default=None, max_length=500, description="what was tried")
-    result: str | None = Field(default=None, description="the id of the record holding its result (an "
-                               "experiment, evidence, variant or invocation id in this store)")
+    result: str | None = Field(
+        default=None,
+        description="the id of the record holding its result (an "
+        "experiment, evidence, variant or invocation id in this store)",
+    )
     why_none: str | None = Field(default=None, max_length=500, description="why no cheaper check exists")
 
     @model_validator(mode="after")
@@ -208,16 +243,27 @@ class ExperimentRequest(Closed):
     pairs: int | None = Field(default=None, ge=3, le=10000)
     seed: int = Field(default=0, ge=0)
     acquisition: Literal["workers", "isolated", "same_process"] | None = Field(
-        default=None, description="kept for old requests: every value means one worker per subject")
+        default=None, description="kept for old requests: every value means one worker per subject"
+    )
     claims: list[str] = Field(default_factory=list, description="pre-declared claims, recorded verbatim")
     gates: list[Gate] = Field(default_factory=list)
     sequential: bool = Field(default=False, description="target stage: stop early at pre-planned looks")
-    claim_layer: ClaimLayer | None = Field(default=None, description="the claim this stage may support: the "
-                                           "Target's layer (default) or a narrower one")
+    claim_layer: ClaimLayer | None = Field(
+        default=None,
+        description="the claim this stage may support: the Target's layer (default) or a narrower one",
+    )
     # Why the stage is run, recorded verbatim (README, "Why an experiment ran")
-    hypothesis: str | None = Field(default=None, max_length=2000, description="what the change should do and why")
-    mechanism_key: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_.:/-]{0,99}$", description=(
-        "a stable key for the mechanism (e.g. memory.coalescing, sass:ldg128) linking history and SASS signatures"))
+    hypothesis: str | None = Field(
+        default=None, max_length=2000, description="what the change should do and why"
+    )
+    mechanism_key: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9][a-z0-9_.:/-]{0,99}$",
+        description=(
+            "a stable key for the mechanism (e.g. memory.coalescing, sass:ldg128) linking history and SASS signatures"
+        ),
+    )
     cheapest_falsifier: CheapestFalsifier | None = None
-    estimated_cost: EstimatedCost | None = Field(default=None, description="printed before the stage runs and "
-                                                 "compared with the actual cost after")
+    estimated_cost: EstimatedCost | None = Field(
+        default=None, description="printed before the stage runs and compared with the actual cost after"
+    )

@@ -55,8 +55,10 @@ def scan(root: Path, exclude: list[str], field: str = "workload") -> list[tuple[
                 out.append((e.rel, Captured(data), 0o755 if e.st.st_mode & 0o111 else 0o644))
         except CkoError as err:
             if "symbolic link" in err.message:
-                raise bad_request(f"{field}: {err.message.split(': ', 1)[-1]}; snapshots hold regular files only",
-                                  field=field) from None
+                raise bad_request(
+                    f"{field}: {err.message.split(': ', 1)[-1]}; snapshots hold regular files only",
+                    field=field,
+                ) from None
             raise
     return out
 
@@ -75,9 +77,12 @@ def commit(store: Store, manifest: dict[str, Any]) -> Snapshot:
     manifest = manifest | {"files": sorted(manifest["files"], key=lambda f: f["path"])}
     data = canonical_bytes(manifest)
     ref = store.put_bytes(data)
-    return Snapshot(sha256=sha256_bytes(data), manifest=ObjectRef(sha256=ref["sha256"], size=ref["size"],
-                                                                   name="snapshot.json"),
-                    files=len(manifest["files"]), bytes=sum(f["size"] for f in manifest["files"]))
+    return Snapshot(
+        sha256=sha256_bytes(data),
+        manifest=ObjectRef(sha256=ref["sha256"], size=ref["size"], name="snapshot.json"),
+        files=len(manifest["files"]),
+        bytes=sum(f["size"] for f in manifest["files"]),
+    )
 
 
 def take(store: Store, root: Path, exclude: list[str]) -> Snapshot:

@@ -46,9 +46,13 @@ def _state(store: Store, tid: str) -> TargetState:
         if e.target.id == tid:
             exps.append((e.created_at, e.id, r))
     last = Ref(**sorted(exps)[-1][2]) if exps else None
-    return TargetState(target=Ref(**tref), champion_pointer_sha256=digest,
-                       champion_variant=ptr.variant.id if ptr and ptr.variant else None,
-                       last_experiment=last, experiments=len(exps))
+    return TargetState(
+        target=Ref(**tref),
+        champion_pointer_sha256=digest,
+        champion_variant=ptr.variant.id if ptr and ptr.variant else None,
+        last_experiment=last,
+        experiments=len(exps),
+    )
 
 
 def record_stop(store: Store, reason: str, target: str | None, by: str | None) -> dict[str, Any]:
@@ -57,12 +61,17 @@ def record_stop(store: Store, reason: str, target: str | None, by: str | None) -
     tids = [target] if target else store.list_records("targets")
     states = [_state(store, t) for t in tids]
     rid = new_id("stp")
-    rec = Termination(id=rid, created_at=now(), reason=reason, by=by, scope="target" if target else "store",
-                      targets=states)
+    rec = Termination(
+        id=rid, created_at=now(), reason=reason, by=by, scope="target" if target else "store", targets=states
+    )
     with store.writer():
         digest = store.commit_file(store.root / KIND_DIR / f"{rid}.json", canonical_bytes(rec))
-    return {"termination": {"id": rid, "sha256": digest}, "target": target, "reason": reason,
-            "targets": [s.model_dump(mode="json") for s in states]}
+    return {
+        "termination": {"id": rid, "sha256": digest},
+        "target": target,
+        "reason": reason,
+        "targets": [s.model_dump(mode="json") for s in states],
+    }
 
 
 def terminations(store: Store) -> list[Termination]:

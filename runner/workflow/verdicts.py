@@ -76,7 +76,9 @@ class DecidePlan(Closed):
     ceiling: LoadCeiling
     ceiling_source: Literal["plan", "policy"] = "plan"
     aa_control: bool = False
-    identity_mismatch: list[str] = Field(default_factory=list)  # identity fields that differ from the Target's
+    identity_mismatch: list[str] = Field(
+        default_factory=list
+    )  # identity fields that differ from the Target's
 
 
 class LoadCheck(Closed):
@@ -101,5 +103,3 @@ class Decision(Closed):
     @property
     def codes(self) -> list[str]:
         return [r.code for r in self.reasons]
-
-

@@ -28,10 +28,17 @@ REPS = 20
 def request(subject_path: str, result_path: str) -> dict:
     case = {"id": "bf16_32768x4096", "params": {"rows": 32768, "cols": 4096, "dtype": "bf16"}}
     return {
-        "protocol": "cko/driver-v1", "mode": "measure", "device": "cuda", "entry": "kernel.py", "seed": 7,
-        "warmup": 5, "subjects": [{"id": "original", "path": subject_path}], "cases": [case],
+        "protocol": "cko/driver-v1",
+        "mode": "measure",
+        "device": "cuda",
+        "entry": "kernel.py",
+        "seed": 7,
+        "warmup": 5,
+        "subjects": [{"id": "original", "path": subject_path}],
+        "cases": [case],
         "schedule": [{"subject": "original", "case": case["id"], "rep": r} for r in range(REPS)],
-        "metrics": [{"name": "time", "unit": "ms"}], "accuracy": {"rel_l2": 1e-2, "check_fraction": 0.25},
+        "metrics": [{"name": "time", "unit": "ms"}],
+        "accuracy": {"rel_l2": 1e-2, "check_fraction": 0.25},
         "result_path": result_path,
     }
 
@@ -51,19 +58,45 @@ def main() -> int:
         env = os.environ | {"PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
 
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, str(work / "ex" / "driver.py"), str(work / "bare.json")], check=True, env=env)
+        subprocess.run(
+            [sys.executable, str(work / "ex" / "driver.py"), str(work / "bare.json")], check=True, env=env
+        )
         bare_s = time.perf_counter() - t0
         bare = json.loads((work / "bare-result.json").read_text())
 
-        show = ("import json, statistics; r = json.load(open('/tmp/result.json')); "
-                "print(json.dumps({'median_ms': statistics.median(r['series'][0]['samples']['time']), "
-                "'integrity': r['integrity'], 'passed': r['series'][0]['accuracy']['passed']}))")
+        show = (
+            "import json, statistics; r = json.load(open('/tmp/result.json')); "
+            "print(json.dumps({'median_ms': statistics.median(r['series'][0]['samples']['time']), "
+            "'integrity': r['integrity'], 'passed': r['series'][0]['accuracy']['passed']}))"
+        )
         t0 = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "runner", "exec", "--image", "cuda", "--gpus", "0", "--memory", "16g", "--json",
-             "--store", str(work / "store"), "--mount", f"{work}:/cko/in", "--",
-             "sh", "-c", f"python /cko/in/ex/driver.py /cko/in/boxed.json && python -c \"{show}\""],
-            capture_output=True, text=True, env=env, check=False)
+            [
+                sys.executable,
+                "-m",
+                "runner",
+                "exec",
+                "--image",
+                "cuda",
+                "--gpus",
+                "0",
+                "--memory",
+                "16g",
+                "--json",
+                "--store",
+                str(work / "store"),
+                "--mount",
+                f"{work}:/cko/in",
+                "--",
+                "sh",
+                "-c",
+                f'python /cko/in/ex/driver.py /cko/in/boxed.json && python -c "{show}"',
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
         boxed_s = time.perf_counter() - t0
         doc = json.loads(proc.stdout)
         if doc.get("state") != "succeeded":
@@ -73,8 +106,12 @@ def main() -> int:
 
     figures = {
         "reps": REPS,
-        "bare": {"wall_s": round(bare_s, 3), "median_ms": medians(bare), "integrity": bare["integrity"],
-                 "passed": bare["series"][0]["accuracy"]["passed"]},
+        "bare": {
+            "wall_s": round(bare_s, 3),
+            "median_ms": medians(bare),
+            "integrity": bare["integrity"],
+            "passed": bare["series"][0]["accuracy"]["passed"],
+        },
         "cko_exec": {"wall_s": round(boxed_s, 3), "container_s": doc.get("duration_s"), **boxed},
     }
     figures["overhead_s"] = round(boxed_s - bare_s, 3)
@@ -82,9 +119,13 @@ def main() -> int:
     if out_path:
         out_path.write_text(json.dumps(figures, indent=1))
     print(f"driver bare: {bare_s:.2f} s wall, median {figures['bare']['median_ms']:.4f} ms")
-    print(f"driver in cko exec: {boxed_s:.2f} s wall (container {doc.get('duration_s')} s), "
-          f"median {boxed['median_ms']:.4f} ms")
-    print(f"overhead {figures['overhead_s']:+.2f} s per invocation; kernel median differs by {figures['median_diff_pct']:+.2f}%")
+    print(
+        f"driver in cko exec: {boxed_s:.2f} s wall (container {doc.get('duration_s')} s), "
+        f"median {boxed['median_ms']:.4f} ms"
+    )
+    print(
+        f"overhead {figures['overhead_s']:+.2f} s per invocation; kernel median differs by {figures['median_diff_pct']:+.2f}%"
+    )
     return 0
 
 

@@ -40,16 +40,39 @@ def test_loop_on_gpu_example(example: str, store: Path) -> None:
     assert r.code == 0, r.stdout
     tgt = r.json["target"]["id"]
     assert r.json["identity"]["driver_version"].startswith("580")
-    assert run_cko("baseline", "--request", str(ex / "baseline.json"), "--target", tgt, "--json", store=store,
-                   timeout=900).code == 0
+    assert (
+        run_cko(
+            "baseline",
+            "--request",
+            str(ex / "baseline.json"),
+            "--target",
+            tgt,
+            "--json",
+            store=store,
+            timeout=900,
+        ).code
+        == 0
+    )
     v = run_cko("variant", "--request", str(ex / "variant.json"), "--target", tgt, "--json", store=store).json
-    t = run_cko("experiment", "--request", str(ex / "target.json"), "--target", tgt, "--variant",
-                v["variant"]["id"], "--json", store=store, timeout=900)
+    t = run_cko(
+        "experiment",
+        "--request",
+        str(ex / "target.json"),
+        "--target",
+        tgt,
+        "--variant",
+        v["variant"]["id"],
+        "--json",
+        store=store,
+        timeout=900,
+    )
     assert t.code == 0, t.stdout
     assert t.json["stage_outcome"] == "accepted", json.dumps(t.json)[:2000]
     sel = run_cko("champion", "select", "--experiment", t.json["experiment"]["id"], "--json", store=store)
     assert sel.code == 0, sel.stdout
-    a = run_cko("audit", "--json", store=store, timeout=900)  # re-runs original vs champion in the pinned image
+    a = run_cko(
+        "audit", "--json", store=store, timeout=900
+    )  # re-runs original vs champion in the pinned image
     assert a.code == 0 and a.json["holds"] is True, a.stdout[-3000:]
     ver = run_cko("verify", "--json", store=store)
     assert ver.code == 0 and ver.json["ok"] is True, ver.stdout[-2000:]
@@ -66,8 +89,18 @@ def test_triton_and_torch_compile_candidates_reach_a_target_verdict(variant: str
     tgt = r.json["target"]["id"]
     v = run_cko("variant", "--request", str(ex / variant), "--target", tgt, "--json", store=store)
     assert v.code == 0, v.stdout
-    t = run_cko("experiment", "--request", str(ex / "target.json"), "--target", tgt, "--variant",
-                v.json["variant"]["id"], "--json", store=store, timeout=900)
+    t = run_cko(
+        "experiment",
+        "--request",
+        str(ex / "target.json"),
+        "--target",
+        tgt,
+        "--variant",
+        v.json["variant"]["id"],
+        "--json",
+        store=store,
+        timeout=900,
+    )
     assert t.code == 0, t.stdout[-3000:]
     assert t.json["stage_outcome"] == "accepted", json.dumps(t.json)[:3000]
     assert t.json["cases"][0]["effect_pct"] > 50
@@ -80,13 +113,27 @@ def test_ncu_collect_on_the_cuda_example(store: Path, tmp_path: Path) -> None:
     assert r.code == 0, r.stdout
     (tmp_path / "policy.yaml").write_text("max_timeout_s: 3600\n")  # counters as the non-root user (issue 20)
     (tmp_path / "collect.json").write_text(json.dumps({"subject": "original", "reps": 1}))
-    c = run_cko("profile", "ncu", "--collect", "--request", str(tmp_path / "collect.json"), "--target",
-                r.json["target"]["id"], "--policy", str(tmp_path / "policy.yaml"), "--json", store=store, timeout=900)
+    c = run_cko(
+        "profile",
+        "ncu",
+        "--collect",
+        "--request",
+        str(tmp_path / "collect.json"),
+        "--target",
+        r.json["target"]["id"],
+        "--policy",
+        str(tmp_path / "policy.yaml"),
+        "--json",
+        store=store,
+        timeout=900,
+    )
     assert c.code == 0, c.stdout[-3000:]
     assert c.json.get("limitation") is None and c.json["facts"].get("limitation") is None, c.json
     rows = [la for la in c.json["facts"]["launches"] if "row_sum" in la["name"]]
     assert rows, [la["name"] for la in c.json["facts"]["launches"]]
-    assert all(la["duration_ns"] and la["duration_ns"] > 0 and la["registers_per_thread"] for la in rows), rows
+    assert all(la["duration_ns"] and la["duration_ns"] > 0 and la["registers_per_thread"] for la in rows), (
+        rows
+    )
     assert all(la["dram_throughput_pct"] is not None for la in rows), rows
 
 
@@ -96,8 +143,18 @@ def test_sass_binary_of_the_cuda_candidate(store: Path, tmp_path: Path) -> None:
     if not Path(nvcc).is_file():
         pytest.skip("no nvcc on this host to build the cubin")
     cubin = tmp_path / "candidate.cubin"
-    subprocess.run([nvcc, "-arch=sm_90a", "-cubin", "-o", str(cubin),
-                    str(ROOT / "examples" / "cuda-reduce" / "candidate" / "kernel.cu")], check=True, timeout=300)
+    subprocess.run(
+        [
+            nvcc,
+            "-arch=sm_90a",
+            "-cubin",
+            "-o",
+            str(cubin),
+            str(ROOT / "examples" / "cuda-reduce" / "candidate" / "kernel.cu"),
+        ],
+        check=True,
+        timeout=300,
+    )
     r = run_cko("sass", "--binary", str(cubin), "--json", store=store, timeout=600)
     assert r.code == 0, r.stdout[-3000:]
     fns = r.json["facts"]["sass"]["functions"]
@@ -128,8 +185,9 @@ GPU_EXPECTED = {
 @pytest.fixture(scope="module")
 def layernorm_target(tmp_path_factory: pytest.TempPathFactory) -> dict:
     case = {"id": "bf16_8192x4096", "params": {"rows": 8192, "cols": 4096, "dtype": "bf16"}}
-    return adversarial_target(ROOT / "examples" / "torch-layernorm", tmp_path_factory.mktemp("gpu-adv"), case,
-                              warmup=5)
+    return adversarial_target(
+        ROOT / "examples" / "torch-layernorm", tmp_path_factory.mktemp("gpu-adv"), case, warmup=5
+    )
 
 
 def test_every_gpu_candidate_has_an_expectation() -> None:
@@ -139,7 +197,12 @@ def test_every_gpu_candidate_has_an_expectation() -> None:
 @pytest.mark.parametrize("name", GPU_CANDIDATES)
 def test_gpu_adversarial_candidate_is_never_accepted(layernorm_target: dict, name: str) -> None:
     r, doc = run_candidate(layernorm_target, GPU_ADV / name, name)
-    assert doc.get("stage_outcome") != "accepted" and doc.get("primary_verdict") != "accepted", json.dumps(doc)[:3000]
-    got = doc.get("stage_outcome") if doc.get("stage_outcome") in ("integrity_violation", "failed_accuracy") \
+    assert doc.get("stage_outcome") != "accepted" and doc.get("primary_verdict") != "accepted", json.dumps(
+        doc
+    )[:3000]
+    got = (
+        doc.get("stage_outcome")
+        if doc.get("stage_outcome") in ("integrity_violation", "failed_accuracy")
         else doc.get("primary_verdict")
+    )
     assert got in GPU_EXPECTED[name], json.dumps(doc)[:3000]

@@ -36,8 +36,13 @@ def main() -> int:
     if MODE == "no_result":
         return 0
     if MODE == "outside":
-        for target in ("/etc/cko-was-here", "/cko/harness/cko-was-here", "/cko/subjects/original/cko-was-here",
-                       "/opt/cko/cko-was-here", "/cko-was-here"):
+        for target in (
+            "/etc/cko-was-here",
+            "/cko/harness/cko-was-here",
+            "/cko/subjects/original/cko-was-here",
+            "/opt/cko/cko-was-here",
+            "/cko-was-here",
+        ):
             try:
                 open(target, "w").write("x")
                 print(f"WROTE {target}")

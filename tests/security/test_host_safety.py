@@ -32,8 +32,12 @@ def _inv_dirs(store: Path) -> list[Path]:
     """Oldest first, by creation (ids made in the same second carry a random suffix, so not by name)."""
     if not (store / "invocations").exists():
         return []
-    return sorted((store / "invocations").iterdir(), key=lambda d: (d / "request.json").stat().st_mtime_ns
-                  if (d / "request.json").exists() else d.stat().st_mtime_ns)
+    return sorted(
+        (store / "invocations").iterdir(),
+        key=lambda d: (
+            (d / "request.json").stat().st_mtime_ns if (d / "request.json").exists() else d.stat().st_mtime_ns
+        ),
+    )
 
 
 def _container_of(store: Path, timeout: float = 30) -> dict:
@@ -50,11 +54,18 @@ def _container_of(store: Path, timeout: float = 30) -> dict:
 
 
 def _start(store: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen([*CKO, "exec", "--store", str(store), "--json", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env or _env(), cwd=ROOT)
+    return subprocess.Popen(
+        [*CKO, "exec", "--store", str(store), "--json", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env or _env(),
+        cwd=ROOT,
+    )
 
 
 # -- limits always set --------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("value", ["0", "-1", "0b", "0g", "-5m"])
 def test_zero_or_negative_memory_is_refused_never_unlimited(store: Path, value: str) -> None:
@@ -70,9 +81,11 @@ def test_zero_cpus_or_pids_refused(store: Path, flag: str, value: str) -> None:
 
 
 def test_memory_zero_in_a_readiness_request_is_refused(store: Path, tmp_path: Path) -> None:
-    req = json.loads((ROOT / "examples" / "cpu-reduce" / "readiness.json").read_text()) \
-        if (ROOT / "examples" / "cpu-reduce" / "readiness.json").exists() else {"name": "x", "reports": ["r"],
-                                                                               "mode": "diagnostic"}
+    req = (
+        json.loads((ROOT / "examples" / "cpu-reduce" / "readiness.json").read_text())
+        if (ROOT / "examples" / "cpu-reduce" / "readiness.json").exists()
+        else {"name": "x", "reports": ["r"], "mode": "diagnostic"}
+    )
     req["memory"] = "0"
     f = tmp_path / "req.json"
     f.write_text(json.dumps(req))
@@ -92,7 +105,11 @@ def test_every_limit_is_set_on_the_running_container(store: Path) -> None:
         assert "size=1073741824" in host["Tmpfs"]["/tmp"]
         assert host["LogConfig"]["Type"] == "none"  # the engine keeps no log on the host's disk
         assert not host.get("CapAdd") and host["CapDrop"] == ["ALL"] and host["Privileged"] is False
-        assert "no-new-privileges" in host["SecurityOpt"] and host["ReadonlyRootfs"] and host["NetworkMode"] == "none"
+        assert (
+            "no-new-privileges" in host["SecurityOpt"]
+            and host["ReadonlyRootfs"]
+            and host["NetworkMode"] == "none"
+        )
         assert host.get("Init") in (None, False) and cfg["Entrypoint"][3].endswith("operations/init.py")
         assert float(cfg["Labels"]["org.cko.deadline"]) > time.time()
         out = next(m for m in hc["Mounts"] if m["Destination"] == "/cko/out")
@@ -106,8 +123,16 @@ def test_every_limit_is_set_on_the_running_container(store: Path) -> None:
 def test_policy_max_cpus_applies_without_the_flag(store: Path, tmp_path: Path) -> None:
     pol = tmp_path / "p.yaml"
     pol.write_text("max_cpus: 0.5\n")
-    r = run_cko("exec", "--json", "--policy", str(pol), "--", "cat", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us",
-                store=store)
+    r = run_cko(
+        "exec",
+        "--json",
+        "--policy",
+        str(pol),
+        "--",
+        "cat",
+        "/sys/fs/cgroup/cpu/cpu.cfs_quota_us",
+        store=store,
+    )
     assert r.code == 0 and r.json["stdout_tail"].strip() == "50000"
     r = run_cko("exec", "--json", "--policy", str(pol), "--cpus", "2", "--", "true", store=store)
     assert r.code == 3 and r.json["field"] == "max_cpus"
@@ -115,13 +140,25 @@ def test_policy_max_cpus_applies_without_the_flag(store: Path, tmp_path: Path) -
 
 def test_fork_bomb_is_bounded(store: Path) -> None:
     t0 = time.monotonic()
-    r = run_cko("exec", "--json", "--pids", "64", "--timeout", "6", "--", "sh", "-c",
-                "b() { b | b & }; b; sleep 30", store=store)
+    r = run_cko(
+        "exec",
+        "--json",
+        "--pids",
+        "64",
+        "--timeout",
+        "6",
+        "--",
+        "sh",
+        "-c",
+        "b() { b | b & }; b; sleep 30",
+        store=store,
+    )
     assert r.code in (1, 4), r.stdout
     assert r.json["cleanup"]["container_removed"] is True and time.monotonic() - t0 < 60
 
 
 # -- bounded logs and outputs -------------------------------------------------------------
+
 
 def test_log_flood_never_reaches_the_host_disk(store: Path) -> None:
     r = run_cko("exec", "--json", "--", "sh", "-c", "head -c 200000000 /dev/zero | tr '\\0' x", store=store)
@@ -137,8 +174,19 @@ def _policy(tmp_path: Path, text: str) -> Path:
 
 def test_out_flood_bounded_in_bytes(store: Path, tmp_path: Path) -> None:
     pol = _policy(tmp_path, "default_output: 8m\n")
-    r = run_cko("exec", "--json", "--policy", str(pol), "--memory", "256m", "--", "sh", "-c",
-                "dd if=/dev/zero of=/cko/out/big bs=1M count=3000 2>&1 | tail -1; true", store=store)
+    r = run_cko(
+        "exec",
+        "--json",
+        "--policy",
+        str(pol),
+        "--memory",
+        "256m",
+        "--",
+        "sh",
+        "-c",
+        "dd if=/dev/zero of=/cko/out/big bs=1M count=3000 2>&1 | tail -1; true",
+        store=store,
+    )
     assert r.code == 0, r.stdout
     assert "8.0 MiB" in r.json["stdout_tail"]  # dd stopped at the bound (ENOSPC), not at 3000 MiB
     assert "output area full" in r.json["reason"]
@@ -148,9 +196,17 @@ def test_out_flood_bounded_in_bytes(store: Path, tmp_path: Path) -> None:
 
 def test_out_flood_bounded_in_files(store: Path, tmp_path: Path) -> None:
     pol = _policy(tmp_path, "default_output_files: 100\n")
-    r = run_cko("exec", "--json", "--policy", str(pol), "--", "sh", "-c",
-                "i=0; while [ $i -lt 1000 ]; do echo > /cko/out/f$i 2>/dev/null || break; i=$((i+1)); done; echo $i",
-                store=store)
+    r = run_cko(
+        "exec",
+        "--json",
+        "--policy",
+        str(pol),
+        "--",
+        "sh",
+        "-c",
+        "i=0; while [ $i -lt 1000 ]; do echo > /cko/out/f$i 2>/dev/null || break; i=$((i+1)); done; echo $i",
+        store=store,
+    )
     assert r.code == 0, r.stdout
     assert int(r.json["stdout_tail"].strip()) < 130 and len(r.json["outputs"]) <= 100
     assert "output area full" in r.json["reason"]
@@ -166,6 +222,7 @@ def test_3000_deep_tree_does_not_crash_this_or_the_next_command(store: Path) -> 
 
 
 # -- paths, once ----------------------------------------------------------------------------
+
 
 def test_symlink_swap_race_never_escapes_mount_roots(store: Path, tmp_path: Path) -> None:
     allowed, secret = tmp_path / "allowed", tmp_path / "secret"
@@ -191,8 +248,19 @@ def test_symlink_swap_race_never_escapes_mount_roots(store: Path, tmp_path: Path
     codes = []
     try:
         for _ in range(15):
-            r = run_cko("exec", "--json", "--policy", str(pol), "--mount", f"{allowed}/d:/data", "--", "sh", "-c",
-                        "cat /data/f", store=store)
+            r = run_cko(
+                "exec",
+                "--json",
+                "--policy",
+                str(pol),
+                "--mount",
+                f"{allowed}/d:/data",
+                "--",
+                "sh",
+                "-c",
+                "cat /data/f",
+                store=store,
+            )
             codes.append(r.code)
             assert "SECRET" not in r.stdout, r.stdout
     finally:
@@ -249,10 +317,13 @@ def test_workload_snapshot_refuses_links_out(store: Path, tmp_path: Path) -> Non
 
 # -- the init: deadline, ptrace --------------------------------------------------------------
 
+
 def test_workload_cannot_ptrace_its_init(store: Path) -> None:
-    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-            "print('attach', libc.ptrace(16, 1, 0, 0), ctypes.get_errno())\n"
-            "try:\n    open('/proc/1/mem','rb').read(1); print('mem readable')\nexcept OSError as e:\n    print('mem', e.errno)\n")
+    code = (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "print('attach', libc.ptrace(16, 1, 0, 0), ctypes.get_errno())\n"
+        "try:\n    open('/proc/1/mem','rb').read(1); print('mem readable')\nexcept OSError as e:\n    print('mem', e.errno)\n"
+    )
     r = run_cko("exec", "--json", "--", "python3", "-c", code, store=store)
     assert r.code == 0
     assert "attach -1 1" in r.json["stdout_tail"]  # EPERM
@@ -282,6 +353,7 @@ def test_killed_controller_container_still_ends_at_its_deadline(store: Path) -> 
 
 # -- policy ----------------------------------------------------------------------------------
 
+
 def test_system_policy_always_applies_and_caller_only_narrows(store: Path, tmp_path: Path) -> None:
     sysdir = tmp_path / "etc"
     sysdir.mkdir(mode=0o755)
@@ -290,7 +362,9 @@ def test_system_policy_always_applies_and_caller_only_narrows(store: Path, tmp_p
     sp.chmod(0o644)
     env = {"CKO_SYSTEM_POLICY": str(sp)}
     caller = _policy(tmp_path, "max_memory: 8g\n")
-    r = run_cko("exec", "--json", "--policy", str(caller), "--memory", "2g", "--", "true", store=store, env=env)
+    r = run_cko(
+        "exec", "--json", "--policy", str(caller), "--memory", "2g", "--", "true", store=store, env=env
+    )
     assert r.code == 3 and r.json["field"] == "max_memory"
     r = run_cko("exec", "--json", "--", "true", store=store, env=env)  # no --policy: still applies
     assert r.code == 0
@@ -311,6 +385,7 @@ def test_profiler_counter_capability_is_gone(store: Path, tmp_path: Path) -> Non
 
 # -- locks -------------------------------------------------------------------------------------
 
+
 def test_planted_lock_symlink_is_refused_and_target_untouched(tmp_path: Path) -> None:
     locks = tmp_path / "locks"
     locks.mkdir(mode=0o700)
@@ -318,16 +393,24 @@ def test_planted_lock_symlink_is_refused_and_target_untouched(tmp_path: Path) ->
     victim.write_text("precious\n")
     (locks / "gpu-GPU-x.lock").symlink_to(victim)
     code = "from runner.locks import gpu_lock\nwith gpu_lock('GPU-x').hold(timeout=1, what='g'):\n    pass\n"
-    r = subprocess.run(["python3" if False else CKO[0], "-c", code], capture_output=True, text=True,
-                       env=_env(CKO_LOCK_DIR=str(locks)), cwd=ROOT)
+    r = subprocess.run(
+        ["python3" if False else CKO[0], "-c", code],
+        capture_output=True,
+        text=True,
+        env=_env(CKO_LOCK_DIR=str(locks)),
+        cwd=ROOT,
+    )
     assert r.returncode != 0 and "symbolic link" in r.stderr
     assert victim.read_text() == "precious\n"
     locks.chmod(0o777)
-    r = subprocess.run([CKO[0], "-c", code], capture_output=True, text=True, env=_env(CKO_LOCK_DIR=str(locks)), cwd=ROOT)
+    r = subprocess.run(
+        [CKO[0], "-c", code], capture_output=True, text=True, env=_env(CKO_LOCK_DIR=str(locks)), cwd=ROOT
+    )
     assert r.returncode != 0 and "lock_dir_unsafe" in r.stderr or "private directory" in r.stderr
 
 
 # -- records -----------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def keyed(tmp_path: Path) -> dict[str, str]:
@@ -352,8 +435,13 @@ def test_keyed_ledger_detects_a_forged_record(store: Path, keyed: dict[str, str]
 
     forged = store / "experiments" / "exp-20260101T000000-abcdef12.json"
     forged.write_text('{"verdict": "accepted"}')
-    entry = {"path": str(forged.relative_to(store)), "sha256": sha256_bytes(forged.read_bytes()),
-             "prev": sha256_bytes(lines[-1]), "seq": len(lines) + 1, "mac": "0" * 64}
+    entry = {
+        "path": str(forged.relative_to(store)),
+        "sha256": sha256_bytes(forged.read_bytes()),
+        "prev": sha256_bytes(lines[-1]),
+        "seq": len(lines) + 1,
+        "mac": "0" * 64,
+    }
     with open(store / "ledger.jsonl", "ab") as f:
         f.write(json.dumps(entry, sort_keys=True, separators=(",", ":")).encode() + b"\n")
     v = run_cko("verify", "--json", store=store, env=keyed)
@@ -368,7 +456,9 @@ def test_keyed_ledger_detects_deleted_newest_and_reordered(store: Path, keyed: d
     led.write_bytes(b"".join(lines[:-1]))
     shutil.rmtree((store / newest["path"]).parent)  # the newest invocation, gone with its line
     v = run_cko("verify", "--json", store=store, env=keyed)
-    assert v.code == 1 and any("newest records were removed" in p["problem"] for p in v.json["problems"]), v.json
+    assert v.code == 1 and any("newest records were removed" in p["problem"] for p in v.json["problems"]), (
+        v.json
+    )
     led.write_bytes(lines[1] + lines[0] + b"".join(lines[2:]))
     v = run_cko("verify", "--json", store=store, env=keyed)
     assert v.code == 1
@@ -381,16 +471,33 @@ def test_edited_champion_pointer_fails_verify(store: Path) -> None:
     st = Store(store)
     tgt = {"id": "tgt-20260101T000000-aaaaaaaa", "sha256": "a" * 64}
     var_a = {"id": "var-20260101T000000-aaaaaaaa", "sha256": "b" * 64}
-    sel = {"kind": "cko/selection-v1", "id": "sel-20260101T000000-aaaaaaaa", "target": tgt, "action": "select",
-           "experiment": None, "variant": var_a, "snapshot": "c" * 64, "previous_pointer_sha256": None,
-           "created_at": "2026-01-01T00:00:00Z", "reason": "r"}
+    sel = {
+        "kind": "cko/selection-v1",
+        "id": "sel-20260101T000000-aaaaaaaa",
+        "target": tgt,
+        "action": "select",
+        "experiment": None,
+        "variant": var_a,
+        "snapshot": "c" * 64,
+        "previous_pointer_sha256": None,
+        "created_at": "2026-01-01T00:00:00Z",
+        "reason": "r",
+    }
     data = canonical_bytes(sel)
     st.commit_file(store / "champion" / "selections" / f"{sel['id']}.json", data)
-    ptr = {"kind": "cko/champion-v1", "target": tgt, "selection": {"id": sel["id"], "sha256": sha256_bytes(data)},
-           "variant": var_a, "snapshot": "c" * 64}
+    ptr = {
+        "kind": "cko/champion-v1",
+        "target": tgt,
+        "selection": {"id": sel["id"], "sha256": sha256_bytes(data)},
+        "variant": var_a,
+        "snapshot": "c" * 64,
+    }
     st.swap_champion(None, canonical_bytes(ptr))
-    ok = [p for p in run_cko("verify", "--json", store=store).json["problems"]
-          if "current.json" in p["path"] and "selection" in p["problem"]]
+    ok = [
+        p
+        for p in run_cko("verify", "--json", store=store).json["problems"]
+        if "current.json" in p["path"] and "selection" in p["problem"]
+    ]
     assert ok == []  # (the fake target and variant records are missing: only the pointer check matters here)
     ptr["variant"] = {"id": "var-20260101T000000-bbbbbbbb", "sha256": "d" * 64}
     ptr["snapshot"] = "e" * 64

@@ -12,8 +12,14 @@ import signal
 import numpy as np
 
 FORGED = {"protocol": "cko/driver-v1", "mode": "measure", "series": [], "boundary": "workers", "forged": True}
-TARGETS = ["/cko/out/result.json", "/cko/out/.cko/probe.json", "/dev/shm/cko/result.json", "/tmp/../cko/out/result.json",
-           "/cko/request/plan.json", "/cko/harness/driver.py"]
+TARGETS = [
+    "/cko/out/result.json",
+    "/cko/out/.cko/probe.json",
+    "/dev/shm/cko/result.json",
+    "/tmp/../cko/out/result.json",
+    "/cko/request/plan.json",
+    "/cko/harness/driver.py",
+]
 
 
 def _forge(*_args):

@@ -10,8 +10,11 @@ import os
 import numpy as np
 
 FORGED = {"tools": {"python": "forged-by-candidate", "numpy": "forged"}, "gpus": {"uuids": []}}
-for path in ["/cko/out/.cko/probe.json", *glob.glob("/cko/**/probe.json", recursive=True),
-             *glob.glob("/dev/shm/**/probe.json", recursive=True)]:
+for path in [
+    "/cko/out/.cko/probe.json",
+    *glob.glob("/cko/**/probe.json", recursive=True),
+    *glob.glob("/dev/shm/**/probe.json", recursive=True),
+]:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:

@@ -17,6 +17,7 @@ def _slowed(fn):
         while time.perf_counter() - t < 0.02:  # burn 20 ms per call
             pass
         return out
+
     return wrapper
 
 

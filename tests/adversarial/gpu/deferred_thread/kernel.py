@@ -13,7 +13,9 @@ def _eager(x, weight, bias, eps):
     """The original's eager LayerNorm (no faster than it): any gain must come from the trick."""
     xf = x.float()
     xc = xf - xf.mean(dim=-1, keepdim=True)
-    return (xc * torch.rsqrt((xc * xc).mean(dim=-1, keepdim=True) + eps) * weight.float() + bias.float()).to(x.dtype)
+    return (xc * torch.rsqrt((xc * xc).mean(dim=-1, keepdim=True) + eps) * weight.float() + bias.float()).to(
+        x.dtype
+    )
 
 
 def layer_norm(x, weight, bias, eps=1e-5):

@@ -19,4 +19,6 @@ timing.DeviceEvents.time_block = _forged
 def layer_norm(x, weight, bias, eps=1e-5):
     xf = x.float()
     xc = xf - xf.mean(dim=-1, keepdim=True)
-    return (xc * torch.rsqrt((xc * xc).mean(dim=-1, keepdim=True) + eps) * weight.float() + bias.float()).to(x.dtype)
+    return (xc * torch.rsqrt((xc * xc).mean(dim=-1, keepdim=True) + eps) * weight.float() + bias.float()).to(
+        x.dtype
+    )

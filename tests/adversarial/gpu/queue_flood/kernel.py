@@ -14,7 +14,9 @@ def _flood():
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         while True:
-            torch.cuda._sleep(50_000_000)  # ~25 ms of spinning per launch; launches block once the queue is full
+            torch.cuda._sleep(
+                50_000_000
+            )  # ~25 ms of spinning per launch; launches block once the queue is full
 
 
 threading.Thread(target=_flood, daemon=True).start()
@@ -23,7 +25,9 @@ threading.Thread(target=_flood, daemon=True).start()
 def _eager(x, weight, bias, eps):
     xf = x.float()
     xc = xf - xf.mean(dim=-1, keepdim=True)
-    return (xc * torch.rsqrt((xc * xc).mean(dim=-1, keepdim=True) + eps) * weight.float() + bias.float()).to(x.dtype)
+    return (xc * torch.rsqrt((xc * xc).mean(dim=-1, keepdim=True) + eps) * weight.float() + bias.float()).to(
+        x.dtype
+    )
 
 
 def layer_norm(x, weight, bias, eps=1e-5):
