@@ -100,7 +100,7 @@ def serve(store: Path) -> None:
         from .errors import unavailable
 
         raise unavailable(
-            f"cko mcp needs the mcp package: pip install 'cko[mcp]' ({exc})", code="missing_mcp"
+            f"cko mcp needs the mcp package: pip install 'cko-perf[mcp]' ({exc})", code="missing_mcp"
         ) from None
     from .catalogue import NOT_TOOLS, catalogue
 

@@ -297,3 +297,24 @@ def test_a_baseline_says_when_its_resolution_was_measured_under_load() -> None:
     assert loaded is not None and loaded.code == "measured_under_load" and "1.10 of 2" in loaded.message
     assert under_load(WindowLoad(host_cpus=2, foreign_cpu_cores_median=0.05)) is None
     assert under_load(WindowLoad(foreign_gpu_contexts=1)) is not None
+
+
+def test_a_screen_below_the_baselines_resolution_stays_open() -> None:
+    """No gain, measured tightly: `below_minimum`, a final rejection at a screen, unless the baseline
+    said its A/A resolution was coarser than the minimum effect: then the screen could not have seen
+    the minimum, and it is inconclusive (target stays open). Target stages are not affected."""
+    rng = np.random.default_rng(11)
+    sp = StatsPlan(screen_pairs=20, target_pairs=20)
+    ref = list(10 * np.exp(rng.normal(0, 0.002, 20)))
+    cand = [x * math.exp(rng.normal(0, 0.002)) for x in ref]
+    r = result({"time": ref}, {"time": cand})
+    plain = decide(r, plan(sp, stage="screen"), Telemetry())
+    assert plain.primary_verdict == "below_minimum" and plain.stage_outcome == "rejected", plain.codes
+    fine = decide(r, plan(sp, stage="screen", resolution_pct={"c": 1.0}), Telemetry())
+    assert fine.stage_outcome == "rejected" and "below_resolution" not in fine.codes
+    coarse = decide(r, plan(sp, stage="screen", resolution_pct={"c": 12.0}), Telemetry())
+    assert coarse.primary_verdict == "inconclusive" and coarse.stage_outcome == "open", coarse.codes
+    assert "below_resolution" in coarse.codes and coarse.cases[0].primary["verdict"] == "inconclusive"
+    target = decide(r, plan(sp, stage="target", resolution_pct={"c": 12.0}), Telemetry())
+    assert target.primary_verdict == "below_minimum" and "below_resolution" not in target.codes
+    assert decide(r, plan(sp, stage="screen", resolution_pct={"c": 12.0}), Telemetry()) == coarse  # pure

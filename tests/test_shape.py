@@ -28,7 +28,8 @@ LONG: dict[str, str] = {
     "operations/evidence/ncu.py:_parse_raw": _PARSER,
     "operations/evidence/ncu.py:add": "one table of metric names to facts, read top to bottom",
     "operations/evidence/torch_trace.py:_facts": _PARSER,
-    "operations/evidence/torch_trace.py:scan_decoded": _PARSER + " (the reference path of the native scanner)",
+    "operations/evidence/torch_trace.py:scan_decoded": _PARSER
+    + " (the reference path of the native scanner)",
     "operations/evidence/torch_trace.py:scan_events": _PARSER + " (the msgspec path)",
     "operations/evidence/sass.py:parse_ptxas": _PARSER,
     "operations/evidence/execution_map.py:execution_map": _SPLIT,
@@ -72,7 +73,9 @@ def _measure() -> tuple[dict[str, int], dict[str, int]]:
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 key = f"{rel}:{node.name}"
-                functions[key] = max(functions.get(key, 0), (node.end_lineno or node.lineno) - node.lineno + 1)
+                functions[key] = max(
+                    functions.get(key, 0), (node.end_lineno or node.lineno) - node.lineno + 1
+                )
     return functions, modules
 
 
@@ -88,6 +91,8 @@ def test_longest_functions_and_modules_are_within_bounds_or_say_why() -> None:
         k for k, n in modules.items() if n > MODULE_LINES
     }
     unexplained = sorted(over - set(LONG))
-    assert not unexplained, f"over the bounds ({FUNCTION_LINES} lines a function, {MODULE_LINES} a module): {unexplained}"
+    assert not unexplained, (
+        f"over the bounds ({FUNCTION_LINES} lines a function, {MODULE_LINES} a module): {unexplained}"
+    )
     stale = sorted(set(LONG) - over)
     assert not stale, f"within the bounds now: take them out of LONG: {stale}"

@@ -215,7 +215,7 @@ def mcp_cmd(store: Path, as_json: bool) -> None:
     """Serve the operations as Model Context Protocol tools over stdio (for agent frameworks).
 
     Each tool runs the command with --json against --store and returns its document; the tools and
-    their input schemas come from `cko commands`. Needs the `mcp` package (pip install 'cko[mcp]').
+    their input schemas come from `cko commands`. Needs the `mcp` package (pip install 'cko-perf[mcp]').
     """
     from ..mcp_server import serve
 

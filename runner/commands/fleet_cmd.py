@@ -89,7 +89,7 @@ def _plan(spec: FleetPlanSpec, base: Path, policy: Path | None) -> tuple[Plan, A
 
 @click.group("fleet")
 def fleet_group() -> None:
-    """Run invocations on the nodes of a Ray cluster (optional extra: pip install 'cko[ray]')."""
+    """Run invocations on the nodes of a Ray cluster (optional extra: pip install 'cko-perf[ray]')."""
 
 
 @fleet_group.command("status")

@@ -66,6 +66,7 @@ def decide(
         analysis.analyse_case(plan.objective, plan.stats, samples, c, REF, CAND, plan.seed, plan.sequential)
         for c in case_ids
     ]
+    cases, unresolved = below_resolution(cases, plan)
     load, load_reasons = check_load(telemetry, plan.ceiling)
     voids = load_reasons + [
         Reason(
@@ -87,9 +88,32 @@ def decide(
         constraint_verdicts=cons,
         blocking_constraints=blocking,
         cases=cases,
-        reasons=why + notes,
+        reasons=why + unresolved + notes,
         load=load,
     )
+
+
+def below_resolution(cases: list[CaseAnalysis], plan: DecidePlan) -> tuple[list[CaseAnalysis], list[Reason]]:
+    """A screen's `below_minimum` on a case whose baseline A/A resolution is coarser than the minimum
+    effect is `inconclusive`: the screen could not have seen the minimum, so it must not reject
+    (a screen rejection is final) and the target stage stays open."""
+    if plan.stage != "screen":
+        return cases, []
+    floor = plan.objective.min_effect_pct
+    out, reasons = [], []
+    for c in cases:
+        res = plan.resolution_pct.get(c.case)
+        if c.primary.get("verdict") == "below_minimum" and res is not None and res > floor:
+            c = c.model_copy(update={"primary": c.primary | {"verdict": "inconclusive"}})
+            reasons.append(
+                Reason(
+                    code="below_resolution",
+                    message=f"case {c.case}: below the minimum effect ({floor:g}%), but the baseline resolves "
+                    f"only {res:.3g}%: inconclusive, the target stage stays open",
+                )
+            )
+        out.append(c)
+    return out, reasons
 
 
 def _outcome(stage: str, primary: str, cons: dict[str, str]) -> tuple[str, list[str], list[Reason]]:

@@ -345,6 +345,18 @@ def merge_results(parts: list[Any]) -> Any:
     return merge(parts)
 
 
+def baseline_resolution(store: Store, target_id: str) -> dict[str, float]:
+    """Per case, the A/A resolution of the Target's newest baseline (empty where it has none)."""
+    from .records import Baseline
+
+    newest: Baseline | None = None
+    for bid in store.list_records("baselines"):
+        b, _ = store.get_record("baselines", bid, Baseline)
+        if b.target.id == target_id and (newest is None or b.created_at > newest.created_at):
+            newest = b
+    return {c.case: c.resolution_pct for c in newest.cases} if newest else {}
+
+
 def experiment(
     store: Store, req: ExperimentRequest, progress: Progress, executor: Executor = LOCAL
 ) -> tuple[dict[str, Any], int]:
@@ -369,6 +381,7 @@ def experiment(
         ceiling=ceiling,
         ceiling_source=source,  # type: ignore[arg-type]
         aa_control=aa,
+        resolution_pct=baseline_resolution(store, t.id) if req.stage == "screen" else {},
     )
     announce_estimate(req, pairs, progress)
     started = time.monotonic()

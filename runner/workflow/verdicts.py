@@ -79,6 +79,9 @@ class DecidePlan(Closed):
     identity_mismatch: list[str] = Field(
         default_factory=list
     )  # identity fields that differ from the Target's
+    # the newest baseline's A/A resolution per case, in percent (empty: no baseline): a screen
+    # cannot call a case below the minimum effect that the baseline could not resolve
+    resolution_pct: dict[str, float] = Field(default_factory=dict)
 
 
 class LoadCheck(Closed):
