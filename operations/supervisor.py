@@ -338,11 +338,12 @@ def host_cpu_ns() -> int:
 def foreign_cores(host_busy_ns: int, own_ns: int, wall_ns: int) -> float:
     """Cores other processes kept busy during a block: the host's busy time less this stage's own.
 
-    /proc/stat counts in clock ticks (10 ms), so a single short block reads coarse; the per-sample
-    figures serve the balance test between the arms (runner/workflow/decide.py), which pools them."""
+    /proc/stat counts in clock ticks (10 ms), so a single short block reads coarse, and may read
+    below zero: the figure is left signed, since clamping each block would bias short blocks upwards.
+    The balance test between the arms (runner/workflow/decide.py) pools blocks, weighted by wall."""
     if wall_ns <= 0:
         return 0.0
-    return max(0.0, (host_busy_ns - own_ns) / wall_ns)
+    return (host_busy_ns - own_ns) / wall_ns
 
 
 @dataclass
@@ -393,6 +394,7 @@ class Supervisor:
         self.pristine: dict[tuple[str, int], Any] = {}
         self.expected: dict[tuple[str, int], Any] = {}
         self.active: str | None = None
+        self.controller_cpu_ns: int | None = None  # the host freezer process's CPU, as of its last reply
         self.clocks = Clocks(req.device)
         self.probe: GpuProbe | None = None
         self.ctl: Ctl | None = None
@@ -436,12 +438,14 @@ class Supervisor:
         assert self.ctl is not None
         reply = self.ctl.call("activate", subject)
         self.active = subject
+        self.controller_cpu_ns = reply.controller_cpu_ns
         return reply.usage_ns
 
     def freeze_all(self) -> dict[str, int]:
         assert self.ctl is not None
         reply = self.ctl.call("freeze_all")
         self.active = None
+        self.controller_cpu_ns = reply.controller_cpu_ns
         return reply.usage_ns
 
     def usage(self) -> dict[str, int]:
@@ -516,6 +520,7 @@ class Supervisor:
             self.freeze_all()  # the worker about to be timed is frozen while its inputs are written
         inputs_dir = self.stage_copy(w, value) if self.req.device != "cuda" else None
         u0 = self.activate(item.subject)
+        c0 = self.controller_cpu_ns
         busy = self.probe.busy() if self.probe is not None else ""
         sm0 = self.clocks.sm()
         h0, p0 = host_cpu_ns(), time.process_time_ns()
@@ -534,7 +539,10 @@ class Supervisor:
         u1 = self.freeze_all()  # at once: work the subject left running stops here
         h1, p1 = host_cpu_ns(), time.process_time_ns()
         sm1 = self.clocks.sm()
-        own = sum(u1.get(s, 0) - u0.get(s, 0) for s in self.workers) + (p1 - p0)
+        # the stage's own CPU: the workers' cgroups, this process and the host's freezer process
+        c1 = self.controller_cpu_ns
+        ctl = c1 - c0 if c0 is not None and c1 is not None else 0
+        own = sum(u1.get(s, 0) - u0.get(s, 0) for s in self.workers) + (p1 - p0) + ctl
         st_load = (foreign_cores(h1 - h0, own, bracket), self.clocks.contexts(), self.clocks.throttle())
         if not reply.ok or reply.t_ns is None:
             raise SupervisorError(

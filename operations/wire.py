@@ -119,6 +119,11 @@ class CtlReply(Msg):
         default_factory=dict, description="CPU time of each worker's whole cgroup"
     )
     frozen: dict[str, bool] = Field(default_factory=dict)
+    controller_cpu_ns: int | None = Field(
+        default=None,
+        description="CPU time of the host process that freezes and accounts the workers: the "
+        "stage's own work, not foreign load",
+    )
     cgroup: str | None = Field(
         default=None, description="how freezing is done: cgroup-v1 freezer or cgroup-v2"
     )

@@ -139,6 +139,9 @@ def deadline_s(spec: ContainerSpec) -> float:
     return spec.timeout_s + spec.stop_grace_s + DEADLINE_MARGIN_S
 
 
+THREAD_POOL_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
 def container_kwargs(spec: ContainerSpec) -> dict[str, Any]:
     """The hardening every container gets; the one place it is decided."""
     from docker.types import Mount as DMount
@@ -161,6 +164,12 @@ def container_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         raise CkoError(
             f"internal: a container without every limit set ({lim})", exit_code=Exit.FAILED, code="internal"
         )
+    # Thread pools (OpenMP, MKL, OpenBLAS: torch and numpy) size themselves by the host's cores, not
+    # the container's CPU quota; more busy threads than the quota and the kernel throttles the whole
+    # container for the rest of its period, mid-window or between window and reply. The request's
+    # own setting wins.
+    for var in THREAD_POOL_VARS:
+        env.setdefault(var, str(max(1, int(lim.cpus))))
     deadline = deadline_s(spec)
     labels = {**spec.labels, f"{LABEL}.deadline": f"{time.time() + deadline:.0f}"}
     kwargs: dict[str, Any] = dict(

@@ -15,6 +15,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,7 @@ class FreezerService:
                     workers=sorted(self.cgroups),
                     usage_ns={n: cg.usage_ns() for n, cg in self.cgroups.items()},
                     frozen={n: cg.frozen() for n, cg in self.cgroups.items()},
+                    controller_cpu_ns=time.process_time_ns(),
                     cgroup=next(iter(self.cgroups.values())).kind if self.cgroups else None,
                 )
             except (OSError, FreezerError) as exc:

@@ -193,3 +193,19 @@ def test_freezer_stops_a_containers_whole_tree_detached_children_included() -> N
         except Exception:
             pass
         sandbox.remove_container(client, c.id, grace=1, bound=20)
+
+
+def test_thread_pools_are_sized_to_the_containers_cpu_quota_unless_the_request_says() -> None:
+    """More OpenMP/BLAS threads than the quota get the container throttled mid-block (torch on CPU
+    tripped the bracket check that way); the quota, not the host's cores, sizes them."""
+    from runner import sandbox
+
+    lim = sandbox.default_limits().model_copy(update={"cpus": 3.5})
+    env = sandbox.container_kwargs(sandbox.ContainerSpec(image_id="sha256:x", command=["true"], limits=lim))[
+        "environment"
+    ]
+    assert [env[v] for v in sandbox.THREAD_POOL_VARS] == ["3", "3", "3"]
+    own = sandbox.ContainerSpec(
+        image_id="sha256:x", command=["true"], limits=lim, env={"OMP_NUM_THREADS": "8"}
+    )
+    assert sandbox.container_kwargs(own)["environment"]["OMP_NUM_THREADS"] == "8"

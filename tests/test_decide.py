@@ -167,6 +167,72 @@ def test_unbalanced_load_is_caught_and_balanced_load_is_not() -> None:
     assert caught >= 195 and voided <= 6  # alpha 0.01: about 2 of 200 expected
 
 
+TICK_NS = 10_000_000  # /proc/stat's USER_HZ tick
+
+
+def _tick_read(rng: np.random.Generator, busy_cores: float, wall_ns: int) -> float:
+    """Foreign cores as the supervisor reads them on a 2-core host: each core's 10 ms tick counts the
+    whole tick as busy when it lands on busy time; the supervisor's own use (1 core, exact) is subtracted."""
+    ticks = [int((rng.uniform(0, TICK_NS) + wall_ns) // TICK_NS) for _ in range(2)]
+    busy_ticks = sum(int(rng.binomial(t, busy_cores / 2)) for t in ticks)
+    return (busy_ticks * TICK_NS - wall_ns) / wall_ns
+
+
+def _ticked(rng: np.random.Generator, n: int, walls: tuple[int, int], extra: float) -> list[SampleLoad]:
+    """Blocks of a reference and a candidate arm on a 2-core host with 0.4 foreign cores (+extra on the candidate)."""
+    return [
+        SampleLoad(
+            subject=subj,
+            case="c",
+            rep=i,
+            foreign_cpu_cores=_tick_read(rng, 1.1 + (extra if subj == "candidate" else 0.0), wall),
+            wall_ns=wall,
+        )
+        for subj, wall in zip(("reference", "candidate"), walls, strict=True)
+        for i in range(n)
+    ]
+
+
+def test_tick_quantised_load_is_pooled_so_a_short_arm_does_not_read_unbalanced() -> None:
+    """A 3 ms candidate against a 40 ms reference on a host with 0.1 foreign cores: one block reads
+    zero or whole 10 ms ticks. Pooled by wall and left signed, the level is right and nothing voids;
+    clamped at zero block by block (as once recorded), the short arm reads most of a core too high."""
+    rng = np.random.default_rng(11)
+    sp = StatsPlan(target_pairs=40, bootstrap_resamples=300)
+    voided, levels, clamped = 0, [], []
+    for seed in range(40):
+        ref, cand = aa_samples(rng, 40)
+        load = _ticked(rng, 40, (40_000_000, 3_000_000), 0.0)
+        d = decide(
+            result({"time": ref}, {"time": cand}), plan(sp, seed=seed), Telemetry(host_cpus=2, samples=load)
+        )
+        voided += "load_unbalanced:cpu" in d.codes
+        assert d.load[0].basis == "pooled"
+        levels.append((d.load[0].level or 0.0) * 2)
+        short = [max(0.0, s.foreign_cpu_cores or 0.0) for s in load if s.subject == "candidate"]
+        clamped.append(float(np.mean(short)))
+    print(
+        f"balanced host, 3 ms vs 40 ms blocks, 0.1 foreign cores: voided {voided}/40, pooled level "
+        f"{np.mean(levels):.3f} cores, clamped short arm {np.mean(clamped):.3f} cores"
+    )
+    assert voided <= 2 and abs(float(np.mean(levels)) - 0.1) < 0.05 and float(np.mean(clamped)) > 0.4
+
+
+def test_pooled_load_still_catches_load_that_follows_one_arm() -> None:
+    rng = np.random.default_rng(12)
+    sp = StatsPlan(target_pairs=60, bootstrap_resamples=300)
+    caught = 0
+    for seed in range(40):
+        ref, cand = aa_samples(rng, 60)
+        load = _ticked(rng, 60, (50_000_000, 50_000_000), 0.6)
+        d = decide(
+            result({"time": ref}, {"time": cand}), plan(sp, seed=seed), Telemetry(host_cpus=2, samples=load)
+        )
+        caught += "load_unbalanced:cpu" in d.codes and d.load[0].basis == "pooled"
+    print(f"0.6 cores following the candidate, 50 ms blocks: caught {caught}/40")
+    assert caught >= 38
+
+
 def test_load_above_the_ceiling_voids_per_sample_and_per_window() -> None:
     rng = np.random.default_rng(3)
     ref, cand = aa_samples(rng, 20)

@@ -273,6 +273,8 @@ def _check(
     mean: bool = False,
     need_scale: bool = False,
 ) -> LoadCheck:
+    if kind == "cpu" and (pooled := pooled_cpu(tel.samples)) is not None:
+        return _pooled_check(pooled, limit, ceiling, scale)
     by_key = {(s.subject, s.case, s.rep): get(s) for s in tel.samples}
     vals = [v for v in by_key.values() if v is not None]
     basis: Literal["per_sample", "window", "none"] = "per_sample" if vals else "window"
@@ -299,6 +301,72 @@ def _check(
         imbalance_median=med,
         pairs_tested=len(diffs),
     )
+
+
+# /proc/stat counts CPU time in USER_HZ ticks (10 ms, fixed by the kernel's ABI). A block of a few ms
+# reads zero or a whole tick, so one block's foreign-load figure is noise whose spread depends on the
+# block's length: compared per pair, a short arm against a long one reads "unbalanced" on a host that
+# is not. Blocks are therefore pooled, time-weighted, until each arm spans this much wall.
+POOL_WALL_NS = 25 * 10_000_000
+
+
+def pooled_cpu(samples: list[SampleLoad]) -> tuple[float, list[float]] | None:
+    """(time-weighted foreign cores over every block, per-group candidate-minus-reference differences).
+
+    Groups are consecutive pairs of one case, in rep order, closed once both arms span POOL_WALL_NS;
+    a trailing group that never gets there joins the one before. None where blocks carry no wall time
+    (the figures are then per sample, as recorded)."""
+    timed = [s for s in samples if s.foreign_cpu_cores is not None and s.wall_ns]
+    if not timed:
+        return None
+    total_wall = sum(s.wall_ns or 0 for s in timed)
+    level = max(
+        0.0,
+        sum(s.foreign_cpu_cores * (s.wall_ns or 0) for s in timed if s.foreign_cpu_cores is not None)
+        / total_wall,
+    )
+    arms = {(s.subject, s.case, s.rep): s for s in timed}
+    diffs: list[float] = []
+    for case in sorted({s.case for s in timed}):
+        reps = sorted(r for (subj, c, r) in arms if subj == CAND and c == case and (REF, c, r) in arms)
+        groups: list[list[int]] = []
+        current: list[int] = []
+        for rep in reps:
+            current.append(rep)
+            if (
+                min(sum(arms[(a, case, r)].wall_ns or 0 for r in current) for a in (REF, CAND))
+                >= POOL_WALL_NS
+            ):
+                groups.append(current)
+                current = []
+        if current and groups:
+            groups[-1].extend(current)
+        diffs += [_weighted(arms, case, g, CAND) - _weighted(arms, case, g, REF) for g in groups]
+    return level, diffs
+
+
+def _pooled_check(
+    pooled: tuple[float, list[float]], limit: float, ceiling: LoadCeiling, scale: int | None
+) -> LoadCheck:
+    cores, diffs = pooled
+    p, med = _imbalance(diffs, ceiling.imbalance_min_cores)
+    return LoadCheck(
+        kind="cpu",
+        basis="pooled",
+        level=cores / scale if scale else None,
+        ceiling=limit,
+        imbalance_p=p,
+        imbalance_median=med,
+        pairs_tested=len(diffs),
+    )
+
+
+def _weighted(
+    arms: dict[tuple[str, str, int], SampleLoad], case: str, reps: list[int], subject: str
+) -> float:
+    blocks = [arms[(subject, case, r)] for r in reps]
+    wall = sum(b.wall_ns or 0 for b in blocks)
+    return sum((b.foreign_cpu_cores or 0.0) * (b.wall_ns or 0) for b in blocks) / wall
 
 
 def _imbalance(diffs: list[float], min_effect: float) -> tuple[float | None, float | None]:

@@ -48,12 +48,14 @@ def sample_loads(result: DriverResult | None) -> list[SampleLoad]:
             continue
         for i, rep in enumerate(s.reps):
             cpu, ctx, thr = (cols[n][i] if cols[n] is not None else None for n in PER_SAMPLE_FIELDS)  # type: ignore[index]
+            wall = s.bracket_ns[i] if len(s.bracket_ns) == len(s.reps) else None
             out.append(
                 SampleLoad(
                     subject=s.subject,
                     case=s.case,
                     rep=rep,
                     foreign_cpu_cores=None if cpu is None else float(cpu),
+                    wall_ns=wall,
                     foreign_gpu_contexts=None if ctx is None else int(ctx),
                     sm_mhz=_sm_mhz(s, i),
                     throttle=None if thr is None else list(thr),

@@ -42,6 +42,9 @@ class SampleLoad(Closed):
     case: str
     rep: int
     foreign_cpu_cores: float | None = None  # CPU cores used by processes that are not the measurement's
+    # The block's wall time (the supervisor's bracket): the CPU figure is read in clock ticks, so it is
+    # only worth something pooled over many ticks of wall (decide.pooled_cpu).
+    wall_ns: int | None = None
     foreign_gpu_contexts: int | None = None  # other compute contexts on the measured GPU
     sm_mhz: float | None = None
     throttle: list[str] | None = None  # throttle reasons other than our own load; None: not recorded
@@ -86,8 +89,8 @@ class DecidePlan(Closed):
 
 class LoadCheck(Closed):
     kind: str  # cpu | gpu_contexts | throttle
-    basis: Literal["per_sample", "window", "none"]
-    level: float | None = None  # median foreign CPU share / max contexts / throttled share
+    basis: Literal["per_sample", "pooled", "window", "none"]
+    level: float | None = None  # foreign CPU share (median per sample, or time-weighted mean where pooled) / max contexts / throttled share
     ceiling: float | None = None
     imbalance_p: float | None = None  # Wilcoxon signed-rank on per-pair (candidate - reference) load
     imbalance_median: float | None = None
