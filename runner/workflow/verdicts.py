@@ -90,7 +90,8 @@ class DecidePlan(Closed):
 class LoadCheck(Closed):
     kind: str  # cpu | gpu_contexts | throttle
     basis: Literal["per_sample", "pooled", "window", "none"]
-    level: float | None = None  # foreign CPU share (median per sample, or time-weighted mean where pooled) / max contexts / throttled share
+    # foreign CPU share (median per sample, time-weighted mean where pooled) / max contexts / throttled share
+    level: float | None = None
     ceiling: float | None = None
     imbalance_p: float | None = None  # Wilcoxon signed-rank on per-pair (candidate - reference) load
     imbalance_median: float | None = None
