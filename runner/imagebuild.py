@@ -238,12 +238,17 @@ def ensure_wheels(
 ) -> tuple[Path, dict[str, str]]:
     """A wheelhouse for the image's Python, made by the host's pip (the container has no index)."""
     text = "\n".join(req_lines) + "\n"
-    key = sha256_bytes(f"{python}\0{resolve}\0{text}".encode())[:24]
-    wheels = cache_dir() / "wheels" / key
     given = os.environ.get("CKO_WHEELHOUSE")
+    carried = sorted(Path(given).glob("*.whl")) if given else []
+    # A carried wheelhouse gets a cache entry of its own, keyed by its wheels' digests too: copied
+    # into the entry a download made for the same requirements, its extra wheels would land in
+    # every later build of those requirements (and in their lock entries).
+    salt = "".join(f"\0{w.name}:{sha256_file(w)}" for w in carried) if given else ""
+    key = sha256_bytes(f"{python}\0{resolve}\0{text}{salt}".encode())[:24]
+    wheels = cache_dir() / "wheels" / key
     if given:  # a host with no package index (the lent GPU machine): wheels carried in
         wheels.mkdir(parents=True, exist_ok=True)
-        for w in Path(given).glob("*.whl"):
+        for w in carried:
             shutil.copy(w, wheels / w.name)
     elif not (wheels / ".complete").exists():
         wheels.mkdir(parents=True, exist_ok=True)

@@ -43,7 +43,9 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "precompute_staging": ("integrity_violation", "inconclusive"),
     "child_process": HONEST,
     "sabotage_library": HONEST,
-    "detached_loader": HONEST,
+    # its loader burns the worker's CPU outside the window too (the check after the block): the
+    # supervisor may call that what it is, work outside the window, and void the pairs
+    "detached_loader": (*HONEST, "integrity_violation"),
     "exit_hook_result": HONEST,
     "probe_rewrite": HONEST,
     "signal_everyone": HONEST,

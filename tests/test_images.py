@@ -86,3 +86,30 @@ def test_doctor_reports_engine_images_modes_and_gpu() -> None:
         assert d["gpu"]["available"] is False and "no GPU" in d["gpu"]["note"]
     else:
         assert d["gpu"]["devices"][0]["uuid"].startswith("GPU-")
+
+
+def test_a_carried_wheelhouse_never_lands_in_the_downloaded_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CKO_WHEELHOUSE once copied its wheels into the cache entry pip made for the same requirements,
+    so a later plain build of the cpu image took an extra wheel into its inputs and its lock entry."""
+    from runner import imagebuild
+
+    monkeypatch.setenv("CKO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("CKO_WHEELHOUSE", raising=False)
+    reqs = ["numpy==2.2.6"]
+    # the entry a download made earlier (marked complete, so no index is asked)
+    plain_key = imagebuild.sha256_bytes(f"3.11\0{False}\0numpy==2.2.6\n".encode())[:24]
+    plain = tmp_path / "cache" / "wheels" / plain_key
+    plain.mkdir(parents=True)
+    (plain / "numpy-2.2.6-cp311-none-any.whl").write_bytes(b"downloaded")
+    (plain / ".complete").write_text("")
+    carried = tmp_path / "carried"
+    carried.mkdir()
+    (carried / "triton-0.0.1-py3-none-any.whl").write_bytes(b"carried")
+    monkeypatch.setenv("CKO_WHEELHOUSE", str(carried))
+    d1, w1 = imagebuild.ensure_wheels(reqs, "3.11", False, lambda _m: None)
+    monkeypatch.delenv("CKO_WHEELHOUSE")
+    d2, w2 = imagebuild.ensure_wheels(reqs, "3.11", False, lambda _m: None)
+    assert d1 != d2 == plain and "triton-0.0.1-py3-none-any.whl" in w1
+    assert list(w2) == ["numpy-2.2.6-cp311-none-any.whl"]
