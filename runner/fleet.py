@@ -262,6 +262,7 @@ def plan_to_wire(plan: Plan, ship: Ship = "auto") -> tuple[dict[str, Any], dict[
             "command": list(w.command),
             "env": dict(w.env),
             "workdir": w.workdir,
+            "keep": list(w.keep),
             "mounts": _mounts_to_wire(w.mounts, ship, blobs, budget),
         }
         for w in plan.workers
@@ -328,6 +329,7 @@ def plan_from_wire(wire: Mapping[str, Any], blobs: Mapping[str, bytes], dest: Pa
             command=[str(c) for c in w["command"]],
             env={str(k): str(v) for k, v in dict(w["env"]).items()},
             workdir=str(w["workdir"]),
+            keep=tuple(str(k) for k in w.get("keep") or ()),
             mounts=_mounts_from_wire(list(w["mounts"]), blobs, dest / f"w{i}"),
         )
         for i, w in enumerate(wire.get("workers") or [])

@@ -49,7 +49,6 @@ LONG: dict[str, str] = {
     "runner/workflow/experiment.py:experiment": _SPLIT,
     "runner/workflow/analysis.py:analyse_case": _SPLIT,
     "runner/workflow/measure.py:run_measurement": _SPLIT,
-    "runner/workflow/collect.py:collect_ncu": _SPLIT,
     "runner/demo.py:run_demo": "the demo's eight steps in order, each a few lines",
     "runner/imagebuild.py:engine_build": _SPLIT,
     "runner/doctor.py:diagnose": "one check after another, each a few lines",
