@@ -200,7 +200,9 @@ def collected_reports(store: Store, collections: list[str]) -> list[ObjectRef]:
         res = InvocationResult.model_validate_json(path.read_bytes())
         found = [o for o in res.outputs if o.name in COLLECTED_NAMES]
         if not found:
-            raise bad_request(f"{field}: {inv_id} kept no profiler report (not a --collect run?)", field=field)
+            raise bad_request(
+                f"{field}: {inv_id} kept no profiler report (not a --collect run?)", field=field
+            )
         out += found
     return out
 
