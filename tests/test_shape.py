@@ -21,7 +21,6 @@ PACKAGES = ("runner", "operations", "knowledge")
 _PARSER = "one pass over a report's rows that carries its state from row to row"
 _SPLIT = "still to split (issue 23)"
 LONG: dict[str, str] = {
-    "runner/fleet.py": "five jobs in one module (placement, wire, node, controller, statistics): " + _SPLIT,
     "operations/evidence/nsys.py:_facts": _PARSER + "; " + _SPLIT,
     "operations/evidence/ncu.py:_parse_details": _PARSER,
     "operations/evidence/ncu.py:parse_ncu_csv": _PARSER,
@@ -55,7 +54,6 @@ LONG: dict[str, str] = {
     "runner/hostpath.py:walk": "the host path walk: every refusal beside the check that makes it",
     "runner/operation.py:run_operation": _SPLIT,
     "runner/mcp_server.py:serve": "the MCP tool table built in one place",
-    "runner/fleet.py:run_many": _SPLIT,
 }
 
 
