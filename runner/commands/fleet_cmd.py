@@ -15,7 +15,6 @@ from ..fleet import Placement, cli_session
 from ..invocation import Plan
 from ..models import Closed
 from ..store import Store
-from ..workflow.per_device import combine_per_device
 from .exec_cmd import parse_mount
 
 FLEET_HELP = (
@@ -209,6 +208,8 @@ def run_cmd(
 @handled
 def combine_cmd(store: Path, as_json: bool, results_path: Path) -> Outcome:
     """One verdict over the devices of one identity pool, each analysed on its own (never pooled)."""
+    from ..workflow.per_device import combine_per_device  # numpy and scipy: only this command needs them
+
     raw = load_json_file(results_path, "results")
     if not isinstance(raw, list):
         raise bad_request("results: must be a JSON array of per-device analyses", field="results")

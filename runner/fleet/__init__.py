@@ -15,12 +15,30 @@ they live in `runner.workflow.per_device` and are re-exported here for the fleet
 Ray itself is imported only when a fleet is used, never at import time.
 """
 
-from ..workflow.per_device import CombinedVerdict, DeviceAnalysis, analyse_device, combine_per_device
+from typing import TYPE_CHECKING, Any
+
 from .controller import Fleet, cli_session, open_executor
 from .executor import FleetExecutor
 from .landing import FleetRun
 from .placement import Placement, placement_for
 from .wire import plan_from_wire, plan_to_wire
+
+if TYPE_CHECKING:
+    from ..workflow.per_device import CombinedVerdict, DeviceAnalysis, analyse_device, combine_per_device
+
+# Re-exported on first use (PEP 562), not at import: every command that can take --fleet imports
+# this package (open_executor), and per_device brings in operations.stats with numpy and scipy
+# (about two seconds), which `cko exec` without --fleet never needs.
+_PER_DEVICE = ("CombinedVerdict", "DeviceAnalysis", "analyse_device", "combine_per_device")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PER_DEVICE:
+        from ..workflow import per_device
+
+        return getattr(per_device, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CombinedVerdict",
