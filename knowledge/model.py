@@ -24,9 +24,11 @@ Topic = Literal[
     "attention",
     "caching",
     "clusters",
+    "collectives",
     "compatibility",
     "compilation",
     "cuda-graphs",
+    "data-loading",
     "data-transfer",
     "launch-overhead",
     "measurement",
@@ -37,6 +39,7 @@ Topic = Literal[
     "profiling",
     "pytorch",
     "registers",
+    "serving",
     "shared-memory",
     "synchronization",
     "tensor-cores",
@@ -175,6 +178,21 @@ class Check(_Closed):
     )
     ncu_metrics: list[str] = Field(default_factory=list, description="Nsight Compute metrics that show it.")
     commands: list[str] = Field(default_factory=list, description="Commands or API calls that show it.")
+    facts: list[str] = Field(
+        default_factory=list,
+        description="Collected facts that show it, as <source>.<field> of a parser's result "
+        "(e.g. torch.memcpy_summary from `cko profile torch --collect`).",
+    )
+
+    @field_validator("facts")
+    @classmethod
+    def _facts(cls, v: list[str]) -> list[str]:
+        from .facts import fact_problem
+
+        problems = [p for p in (fact_problem(f) for f in v) if p]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
 
 
 class Card(_Closed):

@@ -44,6 +44,7 @@ def tool_versions() -> dict[str, str]:
         "python": platform.python_version(),
         "nvcc": _version_of(["nvcc", "--version"], r"release ([0-9.]+)"),
         "ncu": _version_of(["ncu", "--version"], r"Version ([0-9][0-9.]*)"),
+        "nsys": _version_of(["nsys", "--version"], r"([0-9]{4}\.[0-9][0-9.]*)"),
         "cuobjdump": _version_of(["cuobjdump", "--version"], r"release ([0-9.]+)"),
     }
     for pkg in PACKAGES:

@@ -11,6 +11,7 @@ subject is.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import socket
@@ -26,6 +27,7 @@ import numpy as np
 from . import codec
 from .compare import poison
 from .timing import Backend, backend_for
+from .torchprof import BlockProfiler, from_env
 from .wire import COMMAND, Drop, Fetch, Hello, LineSocket, Ping, Quit, Reply, Run, Warm
 
 CONNECT_TIMEOUT_S = 120.0
@@ -76,6 +78,7 @@ class Worker:
         self.device = device
         self.last: Any = None
         self.inputs: Any = None
+        self.profiler: BlockProfiler | None = from_env(device)  # collection runs only (torchprof.py)
 
     def _inputs(self, inputs_dir: str | None, params: dict[str, Any], seed: int) -> Any:
         if inputs_dir is not None:
@@ -108,9 +111,10 @@ class Worker:
                 self.backend.flush_l2()  # part of staging: it keeps the device busy right up to the window
             self.backend.sync()
             stage = time.perf_counter_ns() - s0
-            out, t_ns, stream_ns = self.backend.time_block(
-                lambda: self.run_fn(self.impl, inputs), cmd.runs, cmd.mode
-            )
+            with self.profiler.around() if self.profiler is not None else contextlib.nullcontext():
+                out, t_ns, stream_ns = self.backend.time_block(
+                    lambda: self.run_fn(self.impl, inputs), cmd.runs, cmd.mode
+                )
             self.last = out
         finally:
             gc.enable()

@@ -6,17 +6,19 @@ host (`invocation.execute`); `runner.fleet.FleetExecutor` places it on a node of
 where the same `execute` runs, and imports the verified records. Both leave the same records and
 return the same Outcome, so the measurement logic exists once. What differs is where the
 container runs, hence what readiness must find there first (`preflight`).
+
+This module imports nothing of the fleet: the fleet implements this Protocol and imports its types.
+A command picks one of the two with `runner.fleet.open_executor` (its --fleet option).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Protocol
 
 from . import gpu as gpumod
 from . import images as img
-from .errors import CkoError, bad_request
+from .errors import CkoError
 from .invocation import Outcome, Plan, execute
 from .store import Store
 
@@ -78,21 +80,3 @@ class LocalExecutor:
 
 
 LOCAL = LocalExecutor()
-
-
-@contextlib.contextmanager
-def open_executor(fleet: str | None, gpu_model: str | None = None) -> Iterator[Executor]:
-    """The executor a command's --fleet/--gpu-model ask for, connected for the whole command.
-
-    One FleetExecutor per command: it is sticky, so every invocation of one experiment (its
-    sequential looks) runs on the node, and the GPUs, of its first.
-    """
-    if gpu_model and not fleet:
-        raise bad_request("--gpu-model: only with --fleet", field="gpu_model")
-    if not fleet:
-        yield LOCAL
-        return
-    from .fleet import cli_session
-
-    with cli_session(fleet) as fl:
-        yield fl.executor(gpu_model=gpu_model)

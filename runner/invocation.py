@@ -348,6 +348,7 @@ def _execute_admitted(
         ev("created", {"op": plan.op, "label": plan.label})
         say = progress or (lambda _m: None)
         out_dir: Path | None = None
+        companions: StageWorkers | None = None
         started_at = None
         try:
             with _gpu_locks(uuids, plan.lock_timeout_s, inv_id):
@@ -411,7 +412,6 @@ def _execute_admitted(
                     stop_grace_s=plan.stop_grace_s,
                     cleanup_timeout_s=plan.cleanup_timeout_s,
                 )
-                companions = None
                 if plan.workers:
                     companions = _stage_workers(store, inv_id, plan, spec, req.user)
                 sampler = None
@@ -449,12 +449,17 @@ def _execute_admitted(
             )
             with store.writer():
                 _write_result(store, inv_id, res)
+            if companions is not None:
+                companions.release_outputs()
             if out_dir is not None:
                 outdir.release(out_dir.parent)
             err.detail = {"invocation": inv_id}
             raise
         if companions is not None:
             ev("worker_logs", {k: v[-2000:].decode("utf-8", "replace") for k, v in companions.logs.items()})
+            kept = companions.hand_back(out_dir)
+            if kept:
+                ev("worker_outputs", {"problems": kept})
         refs, meta, problems = outdir.collect(store, out_dir, adm.limits)
         ev("collected", {"outputs": len(refs), "problems": problems})
         state, code, reason = _terminal(run, meta, d / "cancel")
@@ -528,7 +533,7 @@ def _stage_workers(
     spec.ipc_mode = "shareable"
     spec.shm_bytes = spec.limits.tmpfs_bytes
     spec.group_add = [w.gid for w in plan.workers]
-    return StageWorkers(spec, plan.workers, ctl)
+    return StageWorkers(spec, plan.workers, ctl, scratch=store.root / "scratch" / inv_id)
 
 
 def _terminal(

@@ -52,6 +52,29 @@ def make(scratch: Path, user: str, limits: Limits) -> tuple[Path, bool]:
     return out, True
 
 
+def copy_regular(src: Path, dst: Path, label: str) -> list[str]:
+    """Copy one file a container wrote, only if it is a regular file (no link followed), into an
+    output area; a missing file or a full area is a problem named by `label`, not an exception."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return [f"{label}: not written"]
+    except OSError as exc:
+        return [f"{label}: not a regular file ({exc.strerror})"]
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return [f"{label}: not a regular file"]
+        with os.fdopen(os.dup(fd), "rb") as f, open(dst, "xb") as out:
+            while chunk := f.read(1 << 20):
+                out.write(chunk)
+    except OSError as exc:
+        dst.unlink(missing_ok=True)
+        return [f"{label}: {exc.strerror or exc}"]
+    finally:
+        os.close(fd)
+    return []
+
+
 def is_mounted(path: Path) -> bool:
     target = str(path)
     with contextlib.suppress(OSError), open("/proc/self/mountinfo") as f:

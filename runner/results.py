@@ -182,6 +182,12 @@ class EvidenceResult(Envelope):
     invocation_id: str | None = None
     op: str | None = None
     facts: Obj | None = None
+    # --collect: the collection invocation, the subject's snapshot, the kept report and the identity
+    collection: Obj | None = None
+    subject: Obj | None = None
+    report: Obj | None = None
+    identity: Obj | None = None
+    parse: Obj | None = None
 
 
 class StatsCompareResult(Envelope):

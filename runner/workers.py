@@ -22,7 +22,7 @@ from typing import Any
 
 from operations.wire import CtlReply, CtlRequest, LineSocket
 
-from . import sandbox
+from . import outdir, sandbox
 from .freezer import Cgroup, FreezerError
 
 WORKER_UID_BASE = 61000
@@ -40,6 +40,9 @@ class WorkerLaunch:
     mounts: list[sandbox.Mount]
     env: dict[str, str] = field(default_factory=dict)
     workdir: str = "/cko/harness"
+    # Files a profiler inside this worker writes under its own /cko/out (a collection run only): the
+    # area is as bounded as the supervisor's, and only these names, regular files, come back.
+    keep: tuple[str, ...] = ()
 
     @property
     def gid(self) -> int:
@@ -156,7 +159,11 @@ class StageWorkers:
     """Starts the workers once the supervisor's container runs; removes them (thawed) at the end."""
 
     def __init__(
-        self, base: sandbox.ContainerSpec, launches: list[WorkerLaunch], ctl: FreezerService
+        self,
+        base: sandbox.ContainerSpec,
+        launches: list[WorkerLaunch],
+        ctl: FreezerService,
+        scratch: Path | None = None,
     ) -> None:
         self.base = base
         self.launches = launches
@@ -164,12 +171,40 @@ class StageWorkers:
         ctl.expected = [w.subject for w in launches]
         self.containers: dict[str, Any] = {}
         self.logs: dict[str, bytes] = {}
+        self.scratch = scratch  # where the output areas of workers that keep files are made
+        self.out_dirs: dict[str, Path] = {}
+
+    def _out_mount(self, w: WorkerLaunch) -> list[sandbox.Mount]:
+        if not w.keep:
+            return []
+        if self.scratch is None:
+            raise RuntimeError("a worker that keeps files needs the stage's scratch directory")
+        out, _bounded = outdir.make(self.scratch / f"w-{w.uid}", f"{w.uid}:{w.gid}", self.base.limits)
+        self.out_dirs[w.subject] = out
+        return [sandbox.Mount(str(out), "/cko/out", read_only=False)]
+
+    def hand_back(self, into: Path) -> list[str]:
+        """Copy each worker's kept files into the invocation's own output area (as bounded as the
+        worker's), then release the workers' areas; problems are returned, never raised."""
+        problems: list[str] = []
+        for w in self.launches:
+            src = self.out_dirs.get(w.subject)
+            for name in w.keep if src is not None else ():
+                assert src is not None
+                problems += outdir.copy_regular(src / name, into / name, f"{w.subject}: {name}")
+        self.release_outputs()
+        return problems
+
+    def release_outputs(self) -> None:
+        for src in self.out_dirs.values():
+            outdir.release(src.parent)
+        self.out_dirs.clear()
 
     def spec_for(self, w: WorkerLaunch, supervisor_id: str) -> sandbox.ContainerSpec:
         return sandbox.ContainerSpec(
             image_id=self.base.image_id,
             command=w.command,
-            mounts=w.mounts,
+            mounts=[*w.mounts, *self._out_mount(w)],
             env={**self.base.env, **w.env},
             user=f"{w.uid}:{w.gid}",
             workdir=w.workdir,

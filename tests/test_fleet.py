@@ -22,17 +22,11 @@ from pathlib import Path
 import pytest
 
 from runner.errors import CkoError
-from runner.fleet import (
-    DeviceAnalysis,
-    Placement,
-    analyse_device,
-    combine_per_device,
-    placement_for,
-    plan_from_wire,
-    plan_to_wire,
-)
+from runner.fleet import Placement, placement_for
+from runner.fleet.wire import WirePlan, plan_from_wire, plan_to_wire
 from runner.invocation import Plan
 from runner.sandbox import Mount
+from runner.workflow.per_device import DeviceAnalysis, analyse_device, combine_per_device
 from tests.conftest import CKO, ROOT, run_cko
 
 RAY = Path(sys.executable).parent / "ray"
@@ -806,8 +800,8 @@ def test_plan_travels_as_data_and_shipped_inputs_are_verified(tmp_path: Path) ->
         parent={"target": {"id": "tgt-x"}},
     )
     wire, blobs = plan_to_wire(plan)
-    json.dumps(wire)  # plain data only
-    assert [("shipped" in m) for m in wire["mounts"]] == [True, True, False]
+    assert WirePlan.model_validate(json.loads(wire.model_dump_json())) == wire  # plain data only
+    assert [m.shipped is not None for m in wire.mounts] == [True, True, False]
     back = plan_from_wire(wire, blobs, tmp_path / "node")
     assert back.parent == plan.parent and back.command == plan.command
     h, p, rw = back.mounts

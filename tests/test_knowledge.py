@@ -602,3 +602,29 @@ def test_cli_query_invalid_card_set_is_reported(tmp_path: Path) -> None:
     code, doc = run_cli("knowledge", "query", "--cards-dir", str(tmp_path), "--json")
     assert code == 1
     assert doc["error"] == "invalid_cards" and doc["detail"]["problems"]
+
+
+def test_card_checks_name_facts_the_parsers_produce_from_real_reports() -> None:
+    """Every `check.facts` entry is a field the parser fills from a real report (the H200 trace and
+    the nsys fixture), and a name no parser produces is refused by the model."""
+    from pydantic import ValidationError
+
+    from knowledge.loader import read_cards
+    from knowledge.model import Check
+    from operations.evidence.nsys import parse_nsys_sqlite
+    from operations.evidence.torch_trace import parse_torch_trace
+
+    fix = Path(__file__).parent / "fixtures"
+    parsed = {
+        "torch": parse_torch_trace(fix / "torch" / "torch_trace.json").model_dump(),
+        "nsys": parse_nsys_sqlite(fix / "nsys" / "torch_like_export.sqlite").model_dump(),
+    }
+    cards, problems = read_cards(None)
+    assert not problems
+    named = sorted({f for _, c in cards for f in c.check.facts})
+    checked = [f for f in named if f.split(".")[0] in parsed]
+    empty = [f for f in checked if not parsed[f.split(".")[0]][f.split(".", 1)[1]]]
+    assert len(checked) >= 6 and not empty, (checked, empty)
+    for bad in ("torch.kernel_time_total", "perf.kernels", "torch"):
+        with pytest.raises(ValidationError, match="fact"):
+            Check(how="look at the trace for it", facts=[bad])

@@ -21,7 +21,6 @@ PACKAGES = ("runner", "operations", "knowledge")
 _PARSER = "one pass over a report's rows that carries its state from row to row"
 _SPLIT = "still to split (issue 23)"
 LONG: dict[str, str] = {
-    "runner/fleet.py": "five jobs in one module (placement, wire, node, controller, statistics): " + _SPLIT,
     "operations/evidence/nsys.py:_facts": _PARSER + "; " + _SPLIT,
     "operations/evidence/ncu.py:_parse_details": _PARSER,
     "operations/evidence/ncu.py:parse_ncu_csv": _PARSER,
@@ -49,14 +48,12 @@ LONG: dict[str, str] = {
     "runner/workflow/experiment.py:experiment": _SPLIT,
     "runner/workflow/analysis.py:analyse_case": _SPLIT,
     "runner/workflow/measure.py:run_measurement": _SPLIT,
-    "runner/workflow/collect.py:collect_ncu": _SPLIT,
     "runner/demo.py:run_demo": "the demo's eight steps in order, each a few lines",
     "runner/imagebuild.py:engine_build": _SPLIT,
     "runner/doctor.py:diagnose": "one check after another, each a few lines",
     "runner/hostpath.py:walk": "the host path walk: every refusal beside the check that makes it",
     "runner/operation.py:run_operation": _SPLIT,
     "runner/mcp_server.py:serve": "the MCP tool table built in one place",
-    "runner/fleet.py:run_many": _SPLIT,
 }
 
 

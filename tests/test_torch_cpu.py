@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from runner.store import Store
 from tests.conftest import ROOT, run_cko
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -124,4 +126,114 @@ def test_torch_on_cpu_runs_the_whole_loop_in_the_torch_cpu_image(
             break  # a screen rejection is final: the target stage is refused, correctly
     # the fused call is the faster one on any CPU; a loaded host may leave it inconclusive, never worse
     assert "regressed" not in outcomes.values() and outcomes.get("screen") != "rejected", outcomes
+    assert run_cko("verify", "--json", store=store, env=torch_image).code == 0
+
+
+# A candidate that, once its worker quits, swaps the trace it was profiled into for a link to a host
+# file: followed by the controller (root, on the host), the link would hand that file to the store.
+LINK_AT_EXIT = (
+    FUSED
+    + """
+import atexit
+import os
+
+
+def _swap():
+    p = os.environ.get("CKO_PROFILE_TORCH", "")
+    if p:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+        os.symlink("/etc/hostname", p)
+
+
+atexit.register(_swap)
+"""
+)
+
+
+def _collect(work: Path, store: Path, env: dict[str, str], tid: str, subject: str) -> Any:
+    (work / "collect.json").write_text(json.dumps({"subject": subject, "case": "fp32_256x1024", "reps": 2}))
+    return run_cko(
+        "profile",
+        "torch",
+        "--collect",
+        "--request",
+        str(work / "collect.json"),
+        "--target",
+        tid,
+        "--json",
+        store=store,
+        env=env,
+        timeout=900,
+    )
+
+
+def test_torch_profile_collect_binds_a_trace_of_one_block_and_refuses_a_swapped_one(
+    torch_image: dict[str, str], tmp_path: Path
+) -> None:
+    work, store = _workload(tmp_path), tmp_path / "store"
+    req = json.loads((work / "readiness.json").read_text())
+    req["driver"]["env"] = {"CKO_PROFILE_TORCH": "/cko/out/sneaky.json"}  # a Target's env never profiles
+    (work / "readiness.json").write_text(json.dumps(req))
+    r = run_cko(
+        "readiness", "--request", str(work / "readiness.json"), "--json", store=store, env=torch_image
+    )
+    assert r.code == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    tid = r.json["target"]["id"]
+    c = _collect(work, store, torch_image, tid, "original")
+    assert c.code == 0, c.stdout[-3000:] + c.stderr[-2000:]
+    facts, rep = c.json["facts"], c.json["report"]
+    ops = {o["name"] for o in facts.get("cpu_op_summary") or facts.get("op_summary") or []}
+    assert facts["events"] > 0 and any("layer_norm" in o or "mean" in o for o in ops), sorted(ops)[:30]
+    target = json.loads((store / "targets" / f"{tid}.json").read_text())
+    assert c.json["subject"]["snapshot_sha256"] == target["original"]["sha256"]
+    assert c.json["identity"]["image"]["id"] == target["identity"]["image"]["id"]
+    inv = json.loads((store / "invocations" / c.json["collection"]["id"] / "result.json").read_text())
+    assert rep["sha256"] in {o["sha256"] for o in inv["outputs"]}  # the trace is an object of the collection
+    assert json.loads(Store(store).object_path(rep["sha256"]).read_bytes())["traceEvents"]
+
+    # a diagnostic Target binds the collected trace as it is in the store
+    diag = {
+        "name": "layernorm-trace",
+        "mode": "diagnostic",
+        "image": "torch-cpu",
+        "collections": [c.json["collection"]["id"]],
+    }
+    (work / "diag.json").write_text(json.dumps(diag))
+    d = run_cko("readiness", "--request", str(work / "diag.json"), "--json", store=store, env=torch_image)
+    assert d.code == 0 and d.json["mode"] == "diagnostic", d.stdout[-1500:]
+    dt = json.loads((store / "targets" / f"{d.json['target']['id']}.json").read_text())
+    assert [(o["name"], o["sha256"]) for o in dt["reports"]] == [("torch-trace.json", rep["sha256"])]
+    (work / "diag.json").write_text(json.dumps(diag | {"collections": [r.json["target"]["id"]]}))
+    d = run_cko("readiness", "--request", str(work / "diag.json"), "--json", store=store, env=torch_image)
+    assert d.code == 2 and d.json["field"] == "collections[0]", d.stdout[-1500:]  # a Target is no collection
+
+    (work / "n.json").write_text(json.dumps({"subject": "original"}))
+    n = run_cko(
+        "profile",
+        "nsys",
+        "--collect",
+        "--request",
+        str(work / "n.json"),
+        "--target",
+        tid,
+        "--json",
+        store=store,
+        env=torch_image,
+    )
+    assert n.code == 3 and n.json["error"] == "nsys_unavailable", n.stdout[-1500:]  # no nsys in this image
+
+    (work / "linker").mkdir()
+    (work / "linker" / "kernel.py").write_text(LINK_AT_EXIT)
+    (work / "v.json").write_text(json.dumps({"path": "linker", "claim": "the trace, swapped at exit"}))
+    v = run_cko(
+        "variant", "--request", str(work / "v.json"), "--target", tid, "--json", store=store, env=torch_image
+    )
+    assert v.code == 0, v.stdout[-2000:]
+    bad = _collect(work, store, torch_image, tid, v.json["variant"]["id"])
+    assert bad.code == 1 and bad.json["error"] == "no_report", bad.stdout[-2000:]
+    hostname = Path("/etc/hostname").read_bytes()
+    assert not any(hostname == p.read_bytes() for p in (store / "objects").rglob("*") if p.is_file())
     assert run_cko("verify", "--json", store=store, env=torch_image).code == 0

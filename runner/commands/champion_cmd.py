@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from ..cliutil import Outcome, common, console, detachable, fleet_options, handled, progress_console, say
-from ..executor import open_executor
+from ..fleet import open_executor
 from ..report import gather, html_report, text, to_json
 from ..store import Store
 from ..workflow import champion as champion_mod

@@ -32,24 +32,9 @@ def _file(path: Path, what: str) -> Path:
 
 
 def _binding(store: Store, target_id: str | None) -> list[str]:
-    """--bind-* arguments for the operation from a Target's frozen identity."""
-    if not target_id:
-        return []
-    from ..workflow.ops import get_target
+    from ..workflow.collect import binding_args
 
-    t, _ref = get_target(store, target_id)
-    args = ["--bind-target", target_id]
-    ident = t.identity
-    if ident is None:
-        return args
-    dev = next((d for d in ident.devices if t.device in (d.uuid, str(d.index))), None)
-    if dev is None and ident.devices:
-        dev = ident.devices[0]
-    if dev is not None:
-        args += ["--bind-gpu-name", dev.name, "--bind-compute-capability", dev.compute_capability]
-    if ident.driver_version:
-        args += ["--bind-driver", ident.driver_version]
-    return args
+    return binding_args(store, target_id)
 
 
 def _run(
@@ -263,6 +248,32 @@ _memory = click.option(
 )
 
 
+def _collect_outcome(
+    store: Path, request: Path | None, target: str | None, policy: Path | None, memory: str, tool: str
+) -> Outcome:
+    from ..workflow.collect import collect_ncu, collect_nsys, collect_torch, load
+
+    if request is None:
+        raise bad_request("--collect needs --request", field="request")
+    creq, _ = load(request)
+    if target:
+        creq = creq.model_copy(update={"target": target})
+    collector, human = {
+        "ncu": (collect_ncu, _human_ncu),
+        "nsys": (collect_nsys, _human_nsys),
+        "torch": (collect_torch, _human_torch),
+    }[tool]
+    doc, code = collector(
+        Store(store), creq, say, policy_path=str(policy) if policy else None, parse_memory=memory
+    )
+    facts = doc.get("facts") or {}
+    return Outcome(
+        doc=doc,
+        human=human(facts, doc["collection"]["id"]) if code == 0 and facts else doc,
+        exit_code=code,
+    )
+
+
 @click.group(name="profile")
 def profile() -> None:
     """Facts from a profiler report (Nsight Compute CSV, Nsight Systems SQLite, PyTorch trace).
@@ -317,22 +328,7 @@ def profile_ncu(
     With --collect, the Target's driver runs under `ncu --clock-control none` in the cuda image
     (as the non-root container user: no capability is added; refused where the host keeps counters to admins) and the report it writes is parsed."""
     if collect:
-        from ..workflow.collect import collect_ncu, load
-
-        if request is None:
-            raise bad_request("--collect needs --request", field="request")
-        creq, _ = load(request)
-        if target:
-            creq = creq.model_copy(update={"target": target})
-        doc, code = collect_ncu(
-            Store(store), creq, say, policy_path=str(policy) if policy else None, parse_memory=memory
-        )
-        facts = doc.get("facts") or {}
-        return Outcome(
-            doc=doc,
-            human=_human_ncu(facts, doc["collection"]["id"]) if code == 0 and facts else doc,
-            exit_code=code,
-        )
+        return _collect_outcome(store, request, target, policy, memory, "ncu")
     if report is None:
         raise bad_request("--report is required (or --collect --request F)", field="report")
     rep = _file(report, "report")
@@ -352,7 +348,19 @@ def profile_ncu(
 
 @profile.command(name="nsys")
 @click.option(
-    "--report", required=True, type=click.Path(path_type=Path), help="nsys export --type sqlite output."
+    "--report", required=False, type=click.Path(path_type=Path), help="nsys export --type sqlite output."
+)
+@click.option(
+    "--collect",
+    is_flag=True,
+    help="Run a subject's worker under nsys in the sandbox (needs --request); refused, code "
+    "nsys_unavailable, where the Target's image has no nsys.",
+)
+@click.option(
+    "--request",
+    "request",
+    type=click.Path(path_type=Path),
+    help="With --collect: {target, subject (original or a variant id), case, reps}.",
 )
 @_tool_version
 @_target
@@ -361,7 +369,9 @@ def profile_ncu(
 @common
 @handled
 def profile_nsys(
-    report: Path,
+    report: Path | None,
+    collect: bool,
+    request: Path | None,
     tool_version: str | None,
     target: str | None,
     policy: Path | None,
@@ -370,6 +380,10 @@ def profile_nsys(
     as_json: bool,
 ) -> Outcome:
     """Nsight Systems SQLite export: kernels, memcpy/memset, CUDA API calls, NVTX ranges."""
+    if collect:
+        return _collect_outcome(store, request, target, policy, memory, "nsys")
+    if report is None:
+        raise bad_request("--report is required (or --collect --request F)", field="report")
     rep = _file(report, "report")
     args = ["--report", f"/cko/in/{REPORT_NAMES['nsys']}"]
     if tool_version:
@@ -384,9 +398,20 @@ def profile_nsys(
 @profile.command(name="torch")
 @click.option(
     "--report",
-    required=True,
+    required=False,
     type=click.Path(path_type=Path),
     help="PyTorch Profiler export_chrome_trace output.",
+)
+@click.option(
+    "--collect",
+    is_flag=True,
+    help="Profile one block of a subject of the Target in its worker container (needs --request).",
+)
+@click.option(
+    "--request",
+    "request",
+    type=click.Path(path_type=Path),
+    help="With --collect: {target, subject (original or a variant id), case, reps}.",
 )
 @_tool_version
 @_target
@@ -395,7 +420,9 @@ def profile_nsys(
 @common
 @handled
 def profile_torch(
-    report: Path,
+    report: Path | None,
+    collect: bool,
+    request: Path | None,
     tool_version: str | None,
     target: str | None,
     policy: Path | None,
@@ -403,7 +430,16 @@ def profile_torch(
     store: Path,
     as_json: bool,
 ) -> Outcome:
-    """PyTorch Profiler trace: CPU ops, CUDA calls, kernels, copies, launch-to-kernel correlation."""
+    """PyTorch Profiler trace: CPU ops, CUDA calls, kernels, copies, launch-to-kernel correlation.
+
+    With --collect, the subject runs in its own worker container exactly as in a measurement and its
+    first timed block (after one warm-up) runs under torch.profiler; the Chrome trace is kept as an
+    object of the collection, bound to the Target, the subject's snapshot and the environment, and
+    parsed here. Diagnostic evidence: the trace is written by the subject's own process."""
+    if collect:
+        return _collect_outcome(store, request, target, policy, memory, "torch")
+    if report is None:
+        raise bad_request("--report is required (or --collect --request F)", field="report")
     rep = _file(report, "report")
     args = ["--report", f"/cko/in/{REPORT_NAMES['torch']}"]
     if tool_version:

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..cliutil import Outcome, common, fleet_options, handled, say
 from ..errors import bad_request
-from ..executor import open_executor
+from ..fleet import open_executor
 from ..invocation import Plan
 from ..sandbox import Mount
 from ..store import Store

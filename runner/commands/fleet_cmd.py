@@ -1,4 +1,4 @@
-"""`cko fleet status|run|combine`: invocations on a Ray cluster (runner/fleet.py, docs/fleet.md)."""
+"""`cko fleet status|run|combine`: invocations on a Ray cluster (runner/fleet/, docs/fleet.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rich.table import Table
 
 from ..cliutil import Outcome, common, handled, load_json_file, say
 from ..errors import Exit, bad_request, pydantic_error
+from ..fleet import Placement, cli_session
 from ..invocation import Plan
 from ..models import Closed
 from ..store import Store
@@ -53,9 +54,7 @@ class PlansFile(Closed):
     plans: list[FleetPlanSpec] = Field(min_length=1)
 
 
-def _plan(spec: FleetPlanSpec, base: Path, policy: Path | None) -> tuple[Plan, Any]:
-    from ..fleet import Placement
-
+def _plan(spec: FleetPlanSpec, base: Path, policy: Path | None) -> tuple[Plan, Placement]:
     mounts = []
     for text in spec.mounts:
         m = parse_mount(text)
@@ -102,8 +101,6 @@ def fleet_group() -> None:
 @handled
 def status_cmd(store: Path, as_json: bool, fleet: str | None, probe: bool, probe_timeout: float) -> Outcome:
     """The fleet's nodes, their resources, and whether each can run cko (engine, pinned images, GPUs)."""
-    from ..fleet import cli_session
-
     with cli_session(fleet) as fl:
         doc = fl.status(probe=probe, timeout_s=probe_timeout)
     t = Table(title=f"fleet {doc['address']} (Ray {doc['ray_version']})")
@@ -163,8 +160,6 @@ def run_cmd(
 
     Exit code: 0 if every one succeeded, else the exit code of the first (in file order) that did not.
     """
-    from ..fleet import cli_session
-
     raw = load_json_file(plans_path, "plans")
     try:
         spec = PlansFile.model_validate(raw if isinstance(raw, dict) else {"plans": raw})
@@ -213,7 +208,7 @@ def run_cmd(
 @handled
 def combine_cmd(store: Path, as_json: bool, results_path: Path) -> Outcome:
     """One verdict over the devices of one identity pool, each analysed on its own (never pooled)."""
-    from ..fleet import combine_per_device
+    from ..workflow.per_device import combine_per_device  # numpy and scipy: only this command needs them
 
     raw = load_json_file(results_path, "results")
     if not isinstance(raw, list):

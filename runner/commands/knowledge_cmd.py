@@ -69,6 +69,8 @@ def _render_answer(answer: Answer) -> Group:
                 check += "\nSASS: " + ", ".join(c.check.sass)
             if c.check.ncu_metrics:
                 check += "\nncu: " + ", ".join(c.check.ncu_metrics)
+            if c.check.facts:
+                check += "\nfacts: " + ", ".join(c.check.facts)
             src = "\n".join(f"{s.title}, {s.section}: {s.url}" for s in c.sources)
             table.add_row(
                 Text(r.classification, style=_STYLE[r.classification]),

@@ -11,7 +11,7 @@ from rich.table import Table
 from .. import ci
 from ..cliutil import Outcome, common, detachable, fleet_options, handled, say
 from ..errors import Exit
-from ..executor import open_executor
+from ..fleet import open_executor
 from ..invocation import reap_orphans
 from ..store import Store, write_replace
 from ..workflow import ops

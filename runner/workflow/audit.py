@@ -158,7 +158,7 @@ def _targets_image(store: Store, t: Target, executor: Executor, progress: Progre
     """Run in the Target's exact image (not whatever the lock names now): loaded from the store's
     archive, the cache or a registry when the engine lacks it, else could_not_check naming it."""
     image_id = t.identity.image.id if t.identity and t.identity.image else None
-    if image_id is None or executor is not LOCAL:  # a fleet node checks its own image (runner/fleet.py)
+    if image_id is None or executor is not LOCAL:  # a fleet node checks its own image (runner/fleet/node.py)
         yield
         return
     client = img.docker_client()

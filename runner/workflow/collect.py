@@ -1,8 +1,11 @@
-"""`cko profile ncu --collect`: run the Target's driver under Nsight Compute in the sandbox.
+"""`cko profile ncu|torch --collect`: run one subject of the Target's driver under a profiler in the sandbox.
 
-The driver runs exactly as in a measurement (same harness, same subject snapshot, same protocol),
-wrapped by `ncu --csv --page raw --clock-control none --target-processes all`; the CSV, the ncu
-version and the log come back as objects and the CSV is parsed by the `profile-ncu` operation.
+The driver runs as in a measurement (same harness, same subject snapshot, same worker boundary: the
+subject in its own worker container). For ncu the worker's command is wrapped by `ncu --csv --page
+raw --clock-control none --target-processes all`; for torch the worker profiles its first timed
+block with torch.profiler (operations/torchprof.py). The profiler writes under the worker's own
+bounded /cko/out; only the named report comes back (runner/workers.py `keep`), stored as an object
+of the collection invocation, and is parsed by the `profile-ncu` / `profile-torch` operation.
 ncu runs as the container's non-root user with no capability. Where the host keeps counters to
 admins (RmProfilingAdminOnly: 1, checked before anything starts; or ncu's ERR_NVGPUCTRPERM) the
 collection is refused with code profiler_counters_restricted and the host-side fix, never zeros.
@@ -13,17 +16,21 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from operations.protocol import ScheduleItem
+from operations.torchprof import ENV as TORCH_PROFILE_ENV
 
-from ..errors import bad_request, failed
-from ..models import Closed
+from ..canonical import sha256_bytes
+from ..errors import CkoError, Exit, bad_request, failed
+from ..models import Closed, Ref
 from ..store import Store, check_id
 from . import ops
-from .measure import run_measurement
-from .records import Variant
+from .measure import Measured, run_measurement
+from .records import Snapshot, Target, Variant
+from .requests import DriverCommand
 
 
 class CollectRequest(Closed):
@@ -35,6 +42,35 @@ class CollectRequest(Closed):
     timeout_s: float = 900.0
 
 
+@dataclass(frozen=True)
+class CollectRun:
+    """How one tool wraps a collection run: the driver it runs, the report it keeps, the env it sets."""
+
+    tool: str
+    driver: DriverCommand
+    report: str
+    env: dict[str, str] = field(default_factory=dict)
+    counters: bool = False
+    warmup: int = 0
+
+
+NCU_REPORT = "ncu-raw.csv"
+TORCH_REPORT = "torch-trace.json"
+NSYS_REPORT = "nsys-report.sqlite"
+NSYS_BASE = [
+    "nsys",
+    "profile",
+    "--output",
+    "/cko/out/nsys-report",
+    "--force-overwrite",
+    "true",
+    "--export",
+    "sqlite",
+    "--trace",
+    "cuda,nvtx,osrt",
+    "--sample",
+    "none",
+]
 NCU_BASE = [
     "ncu",
     "--csv",
@@ -45,8 +81,118 @@ NCU_BASE = [
     "--target-processes",
     "all",
     "--log-file",
-    "/cko/out/ncu-raw.csv",
+    f"/cko/out/{NCU_REPORT}",
 ]
+
+
+def _subject(store: Store, t: Target, req: CollectRequest) -> tuple[Snapshot, str]:
+    """The snapshot to profile and the case, both checked against the Target."""
+    assert t.original is not None
+    if req.subject == "original":
+        snap = t.original
+    else:
+        check_id(req.subject, "subject")
+        v, _ = store.get_record("variants", req.subject, Variant)
+        if v.target.id != t.id:
+            raise bad_request(
+                f"subject: variant {req.subject} belongs to {v.target}, not {t.id}", field="subject"
+            )
+        snap = v.snapshot
+    case = req.case or t.cases[0].id
+    if case not in {c.id for c in t.cases}:
+        raise bad_request(f"case: {case!r} is not a case of {t.id}", field="case")
+    return snap, case
+
+
+def _collect(
+    store: Store,
+    t: Target,
+    tref: Ref,
+    req: CollectRequest,
+    run: CollectRun,
+    progress: ops.Progress,
+    policy_path: str | None,
+) -> tuple[Measured, Snapshot, bytes]:
+    """Run one subject for `req.reps` blocks with `run` applied; the report it kept, or a coded failure."""
+    snap, case = _subject(store, t, req)
+    target = t.model_copy(
+        update={"driver": run.driver, "timeout_s": req.timeout_s, "process_timeout_s": req.timeout_s}
+    )
+    items = [ScheduleItem(subject="profiled", case=case, rep=i) for i in range(req.reps)]
+    progress(f"{run.tool}: {req.subject} case {case}, {req.reps} repetition(s)")
+    m = run_measurement(
+        store,
+        target,
+        {"profiled": snap},
+        items,
+        mode="smoke",
+        seed=0,
+        acquisition="isolated",
+        label=f"{run.tool} {t.name}",
+        parent={"target": tref.model_dump()},
+        warmup=run.warmup,
+        progress=progress,
+        telemetry=False,
+        counters=run.counters,
+        policy_path=policy_path,
+        keep=(run.report,),
+        worker_env=run.env,
+    )
+    data = (m.kept or {}).get(run.report)
+    if data is None:
+        why = (m.failure or {}).get("message") or m.reason
+        err = failed(f"{run.tool} wrote no report ({why})", code="no_report")
+        err.detail = {"collection": m.invocation.model_dump(), "failure": m.failure}
+        raise err
+    return m, snap, data
+
+
+def _parse(
+    store: Store,
+    t: Target,
+    m: Measured,
+    op: str,
+    data: bytes,
+    tool_version: str | None,
+    parse_memory: str,
+    policy_path: str | None,
+) -> tuple[dict[str, Any], int]:
+    """The kept report parsed by its operation in the cpu image, bound to the Target."""
+    from ..operation import run_operation
+
+    tmp = Path(tempfile.mkdtemp(prefix="cko-collect-"))
+    try:
+        (tmp / "report").write_bytes(data)
+        args = ["--report", "/cko/in/report", *binding_args(store, t.id)]
+        if tool_version:
+            args += ["--tool-version", tool_version]
+        res = run_operation(
+            store=store,
+            op=op,
+            args=args,
+            inputs={"report": tmp / "report"},
+            image="cpu",
+            label=f"parse {op} {t.name}",
+            parent={"collection": m.invocation.model_dump()},
+            memory=parse_memory,
+            policy_path=policy_path,
+        )
+        return {"parse": {"invocation": res.invocation_id, "exit_code": res.exit_code}, "facts": res.doc}, (
+            0 if res.exit_code == 0 else 1
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _bound(m: Measured, req: CollectRequest, snap: Snapshot, name: str, data: bytes) -> dict[str, Any]:
+    """What the report is bound to: the collection, the Target's subject snapshot, the environment."""
+    return {
+        "collection": m.invocation.model_dump(),
+        "state": m.state,
+        "subject": {"id": req.subject, "snapshot_sha256": snap.sha256},
+        "report": {"name": name, "sha256": sha256_bytes(data), "size": len(data)},
+        "identity": m.identity.model_dump(mode="json") if m.identity else None,
+    }
 
 
 def collect_ncu(
@@ -62,85 +208,104 @@ def collect_ncu(
     assert t.original and t.driver
     if t.image != "cuda":
         raise bad_request("target: ncu collection needs a Target on the cuda image", field="target")
-    if req.subject == "original":
-        snap = t.original
-    else:
-        check_id(req.subject, "subject")
-        v, _ = store.get_record("variants", req.subject, Variant)
-        snap = v.snapshot
-    case = req.case or t.cases[0].id
-    if case not in {c.id for c in t.cases}:
-        raise bad_request(f"case: {case!r} is not a case of {t.id}", field="case")
     for a in req.ncu_args:
         if a.startswith("--log-file") or a in ("-o", "--export"):
             raise bad_request(f"ncu_args: {a} is set by cko", field="ncu_args")
     wrapped = t.driver.model_copy(update={"command": [*NCU_BASE, *req.ncu_args, *t.driver.command]})
-    target = t.model_copy(
-        update={"driver": wrapped, "timeout_s": req.timeout_s, "process_timeout_s": req.timeout_s}
-    )
-    items = [ScheduleItem(subject="profiled", case=case, rep=i) for i in range(req.reps)]
-    progress(f"ncu: {req.subject} case {case}, {req.reps} repetition(s)")
-    m = run_measurement(
-        store,
-        target,
-        {"profiled": snap},
-        items,
-        mode="smoke",
-        seed=0,
-        acquisition="isolated",
-        label=f"ncu {t.name}",
-        parent={"target": tref.model_dump()},
-        warmup=0,
-        progress=progress,
-        telemetry=False,
-        counters=True,
-        policy_path=policy_path,
-        keep=("ncu-raw.csv",),
-    )
-    csv = (m.kept or {}).get("ncu-raw.csv")
-    doc: dict[str, Any] = {"collection": m.invocation.model_dump(), "state": m.state}
-    if csv is None:
-        if m.failure:
-            doc["failure"] = m.failure
-        raise failed(
-            f"ncu wrote no report ({(m.failure or {}).get('message') or m.reason})", code="no_report"
-        )
-    tmp = Path(tempfile.mkdtemp(prefix="cko-ncu-"))
-    try:
-        (tmp / "report.csv").write_bytes(csv)
-        text = csv.decode("utf-8", "replace")
-        if "ERR_NVGPUCTRPERM" in text:
-            from ..policy import counters_refusal
+    run = CollectRun(tool="ncu", driver=wrapped, report=NCU_REPORT, counters=True, warmup=0)
+    m, snap, data = _collect(store, t, tref, req, run, progress, policy_path)
+    if b"ERR_NVGPUCTRPERM" in data:
+        from ..policy import counters_refusal
 
-            err = counters_refusal("ncu reported ERR_NVGPUCTRPERM")
-            err.detail = {"collection": m.invocation.model_dump()}
-            raise err
-        from ..operation import run_operation
+        err = counters_refusal("ncu reported ERR_NVGPUCTRPERM")
+        err.detail = {"collection": m.invocation.model_dump()}
+        raise err
+    tools = (m.identity.tools if m.identity else {}) or {}
+    parsed, code = _parse(store, t, m, "profile-ncu", data, tools.get("ncu"), parse_memory, policy_path)
+    return _bound(m, req, snap, NCU_REPORT, data) | parsed, code
 
-        tools = (m.identity.tools if m.identity else {}) or {}
-        args = ["--report", "/cko/in/report.csv"]
-        if tools.get("ncu"):
-            args += ["--tool-version", tools["ncu"]]
-        res = run_operation(
-            store=store,
-            op="profile-ncu",
-            args=args,
-            inputs={"report.csv": tmp / "report.csv"},
-            image="cpu",
-            label=f"parse ncu {t.name}",
-            parent={"collection": m.invocation.model_dump()},
-            memory=parse_memory,
-            policy_path=policy_path,
+
+def collect_torch(
+    store: Store,
+    req: CollectRequest,
+    progress: ops.Progress,
+    policy_path: str | None = None,
+    parse_memory: str = "4g",
+) -> tuple[dict[str, Any], int]:
+    """One block of one subject under torch.profiler in its worker (operations/torchprof.py), the
+    Chrome trace kept as an object of the collection, then parsed by `profile-torch`."""
+    t, tref = ops.get_target(store, req.target)
+    ops._require_optimization(t)
+    assert t.original and t.driver
+    if req.ncu_args:
+        raise bad_request("ncu_args: only for ncu collection", field="ncu_args")
+    run = CollectRun(
+        tool="torch.profiler",
+        driver=t.driver,
+        report=TORCH_REPORT,
+        env={TORCH_PROFILE_ENV: f"/cko/out/{TORCH_REPORT}"},
+        warmup=1,  # compilation and caches settle before the profiled block
+    )
+    m, snap, data = _collect(store, t, tref, req, run, progress, policy_path)
+    parsed, code = _parse(store, t, m, "profile-torch", data, None, parse_memory, policy_path)
+    return _bound(m, req, snap, TORCH_REPORT, data) | parsed, code
+
+
+def collect_nsys(
+    store: Store,
+    req: CollectRequest,
+    progress: ops.Progress,
+    policy_path: str | None = None,
+    parse_memory: str = "4g",
+) -> tuple[dict[str, Any], int]:
+    """One subject's worker under `nsys profile`, its SQLite export kept and parsed by `profile-nsys`.
+
+    Refused before anything runs (code nsys_unavailable) where the Target's frozen identity shows no
+    nsys in its image: the cuda image leaves Nsight Systems out, and on the lent H200 nsys cannot
+    finish a report at all (tests/fixtures/nsys/README.md)."""
+    t, tref = ops.get_target(store, req.target)
+    ops._require_optimization(t)
+    assert t.original and t.driver
+    tools = (t.identity.tools if t.identity else {}) or {}
+    if not tools.get("nsys"):
+        raise CkoError(
+            f"target: the {t.image} image of {t.id} has no Nsight Systems (nsys not found when the Target "
+            "was frozen); collect where nsys can finish a report and pass its export with "
+            "`cko profile nsys --report F.sqlite`",
+            exit_code=Exit.REFUSED,
+            code="nsys_unavailable",
+            field="target",
         )
-        doc["parse"] = {"invocation": res.invocation_id, "exit_code": res.exit_code}
-        doc["facts"] = res.doc
-        return doc, 0 if res.exit_code == 0 else 1
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    if req.ncu_args:
+        raise bad_request("ncu_args: only for ncu collection", field="ncu_args")
+    wrapped = t.driver.model_copy(update={"command": [*NSYS_BASE, *t.driver.command]})
+    run = CollectRun(tool="nsys", driver=wrapped, report=NSYS_REPORT, warmup=1)
+    m, snap, data = _collect(store, t, tref, req, run, progress, policy_path)
+    parsed, code = _parse(store, t, m, "profile-nsys", data, tools.get("nsys"), parse_memory, policy_path)
+    return _bound(m, req, snap, NSYS_REPORT, data) | parsed, code
+
+
+def binding_args(store: Store, target_id: str | None) -> list[str]:
+    """--bind-* arguments for a parse operation from a Target's frozen identity."""
+    if not target_id:
+        return []
+    t, _ref = ops.get_target(store, target_id)
+    args = ["--bind-target", target_id]
+    ident = t.identity
+    if ident is None:
+        return args
+    dev = next((d for d in ident.devices if t.device in (d.uuid, str(d.index))), None)
+    if dev is None and ident.devices:
+        dev = ident.devices[0]
+    if dev is not None:
+        args += ["--bind-gpu-name", dev.name, "--bind-compute-capability", dev.compute_capability]
+    if ident.driver_version:
+        args += ["--bind-driver", ident.driver_version]
+    return args
 
 
 def load(path: Path) -> tuple[CollectRequest, Path]:
     return ops.load_request(path, CollectRequest)
 
 
-__all__ = ["CollectRequest", "collect_ncu", "json"]
+__all__ = ["CollectRequest", "binding_args", "collect_ncu", "collect_nsys", "collect_torch", "json"]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from operations.protocol import DriverRequest, DriverResult, ScheduleItem, Subject, WorkerSlot
+from operations.torchprof import ENV as TORCH_PROFILE_ENV
 
 from ..errors import CkoError, Exit
 from ..executor import LOCAL, Executor
@@ -113,9 +114,15 @@ def _driver_request(
 
 
 def _mounts(
-    store: Store, target: Target, subjects: dict[str, Snapshot], scratch: Path, req: DriverRequest
+    store: Store,
+    target: Target,
+    subjects: dict[str, Snapshot],
+    scratch: Path,
+    req: DriverRequest,
+    keep: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
 ) -> tuple[list[Mount], list[WorkerLaunch]]:
-    """The supervisor's mounts and the workers' launches.
+    """The supervisor's mounts and the workers' launches (`keep`, `extra_env`: a collection run's).
 
     Workers: the harness (the original without the files a variant may change) and their own
     subject. Harness-trusted: every subject mounted into the one container, as before."""
@@ -133,20 +140,26 @@ def _mounts(
             mounts.append(Mount(str(by_snap[snap.sha256]), f"{SUBJECT_ROOT}/{sid}", read_only=True))
     launches = []
     for w in req.workers:
-        env = target.driver.env | {
-            "CKO_ROLE": "worker",
-            "CKO_SUBJECT": w.subject,
-            "CKO_SUBJECT_PATH": "/cko/subject",
-            "CKO_SOCKET": f"{req.ipc_dir}/sup.sock",
-            "CKO_ENTRY": target.entry,
-            "CKO_DEVICE": target.device,
-        }
+        # a profiler's switch comes from the collector (`collect`), never from the Target's own env
+        env = (
+            {k: v for k, v in target.driver.env.items() if k != TORCH_PROFILE_ENV}
+            | (extra_env or {})
+            | {
+                "CKO_ROLE": "worker",
+                "CKO_SUBJECT": w.subject,
+                "CKO_SUBJECT_PATH": "/cko/subject",
+                "CKO_SOCKET": f"{req.ipc_dir}/sup.sock",
+                "CKO_ENTRY": target.entry,
+                "CKO_DEVICE": target.device,
+            }
+        )
         launches.append(
             WorkerLaunch(
                 subject=w.subject,
                 uid=w.uid,
                 command=list(target.driver.command),
                 env=env,
+                keep=keep,
                 mounts=[
                     Mount(str(harness), "/cko/harness", read_only=True),
                     Mount(str(by_snap[subjects[w.subject].sha256]), "/cko/subject", read_only=True),
@@ -173,6 +186,7 @@ def run_measurement(
     counters: bool = False,
     policy_path: str | None = None,
     keep: tuple[str, ...] = (),
+    worker_env: dict[str, str] | None = None,
     executor: Executor = LOCAL,
 ) -> Measured:
     """One `measure` invocation: the supervisor's container plus one worker container per subject.
@@ -198,7 +212,7 @@ def run_measurement(
     scratch = store.root / "scratch" / new_id("mea")
     try:
         req = _driver_request(target, subjects, schedule, mode, seed, warmup, trusted)
-        mounts, launches = _mounts(store, target, subjects, scratch, req)
+        mounts, launches = _mounts(store, target, subjects, scratch, req, keep, worker_env or {})
         plan_doc = {
             "driver": {"command": target.driver.command, "cwd": "/cko/harness", "env": target.driver.env},
             "boundary": "harness_trusted" if trusted else "workers",

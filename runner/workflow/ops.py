@@ -17,7 +17,8 @@ from ..errors import Exit, bad_request, failed
 from ..executor import LOCAL, Executor
 from ..identity import EnvironmentIdentity, compare, host_identity
 from ..models import ObjectRef
-from ..store import Store, new_id
+from ..records import InvocationResult
+from ..store import Store, check_id, new_id
 from . import analysis
 from .common import (
     Progress,
@@ -184,6 +185,28 @@ def _reps(subject: str, case: str, n: int, start: int = 0) -> list[Any]:
     return [ScheduleItem(subject=subject, case=case, rep=i) for i in range(start, start + n)]
 
 
+COLLECTED_NAMES = ("torch-trace.json", "ncu-raw.csv", "nsys-report.sqlite")
+
+
+def collected_reports(store: Store, collections: list[str]) -> list[ObjectRef]:
+    """The profiler reports kept by earlier collection invocations (already objects of the store)."""
+    out: list[ObjectRef] = []
+    for i, inv_id in enumerate(collections):
+        field = f"collections[{i}]"
+        check_id(inv_id, field)
+        path = store.root / "invocations" / inv_id / "result.json"
+        if not path.is_file():
+            raise bad_request(f"{field}: no invocation {inv_id} in this store", field=field)
+        res = InvocationResult.model_validate_json(path.read_bytes())
+        found = [o for o in res.outputs if o.name in COLLECTED_NAMES]
+        if not found:
+            raise bad_request(
+                f"{field}: {inv_id} kept no profiler report (not a --collect run?)", field=field
+            )
+        out += found
+    return out
+
+
 def _diagnostic(
     store: Store, req: ReadinessRequest, base: Path, workload: Path
 ) -> tuple[dict[str, Any], int]:
@@ -194,6 +217,7 @@ def _diagnostic(
             raise bad_request(f"reports[{i}]: {p} is not a file", field=f"reports[{i}]")
         ref = store.put_file(p)
         reports.append(ObjectRef(sha256=ref["sha256"], size=ref["size"], name=Path(r).name))
+    reports += collected_reports(store, req.collections)
     hg = gpumod.host_gpus()
     identity = EnvironmentIdentity(
         host=host_identity(),

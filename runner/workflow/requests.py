@@ -144,6 +144,10 @@ class ReadinessRequest(Closed):
     process_timeout_s: float = Field(default=300.0, gt=0, le=86400)
     memory: str = "8g"
     reports: list[str] = Field(default_factory=list, description="diagnostic mode: existing reports to bind")
+    collections: list[str] = Field(
+        default_factory=list,
+        description="diagnostic mode: `cko profile ... --collect` invocations whose kept reports to bind",
+    )
 
     @field_validator("memory")
     @classmethod
@@ -171,8 +175,8 @@ class ReadinessRequest(Closed):
             ids = [c.id for c in self.cases]
             if len(set(ids)) != len(ids):
                 raise ValueError("case ids must be unique")
-        elif not self.reports:
-            raise ValueError("a diagnostic target binds existing reports: give reports")
+        elif not self.reports and not self.collections:
+            raise ValueError("a diagnostic target binds existing reports: give reports or collections")
         if self.gpu.required and self.device != "cuda":
             raise ValueError("gpu.required needs device cuda")
         if self.device == "cuda" and not self.gpu.required:
