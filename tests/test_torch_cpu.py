@@ -189,6 +189,7 @@ def test_torch_profile_collect_binds_a_trace_of_one_block_and_refuses_a_swapped_
     assert facts["events"] > 0 and any("layer_norm" in o or "mean" in o for o in ops), sorted(ops)[:30]
     target = json.loads((store / "targets" / f"{tid}.json").read_text())
     assert c.json["subject"]["snapshot_sha256"] == target["original"]["sha256"]
+    assert facts["bound_to"]["snapshot_sha256"] == target["original"]["sha256"]  # inside the facts too
     assert c.json["identity"]["image"]["id"] == target["identity"]["image"]["id"]
     inv = json.loads((store / "invocations" / c.json["collection"]["id"] / "result.json").read_text())
     assert rep["sha256"] in {o["sha256"] for o in inv["outputs"]}  # the trace is an object of the collection

@@ -49,6 +49,10 @@ class Binding(Facts):
     gpu_name: str | None = None
     compute_capability: str | None = None  # "9.0"
     driver_version: str | None = None
+    # The code that produced the report: "original" or a variant id of the Target, and the
+    # sha256 of that snapshot (compiler output is bound to the source it was compiled from).
+    subject: str | None = None
+    snapshot_sha256: str | None = None
 
 
 class ReportIdentity(Facts):
@@ -121,6 +125,23 @@ def open_report(path: str | Path) -> tuple[str, int]:
         raise Refusal("unreadable", f"cannot read {p}: {exc.strerror or exc}", field="report") from None
 
 
+def text_lines(path: str | Path, limit: int = 1 << 20, field: str = "report") -> Iterator[tuple[int, str]]:
+    """(line number, line without its end) of a UTF-8 text file, each line at most `limit` long."""
+    with open(path, encoding="utf-8", errors="strict", newline="") as f:
+        n = 0
+        while True:
+            try:
+                line = f.readline(limit)
+            except UnicodeDecodeError:
+                raise Refusal("not_text", f"line {n + 1} is not UTF-8 text", field=field) from None
+            if not line:
+                return
+            n += 1
+            if len(line) >= limit and not line.endswith("\n"):
+                raise Refusal("line_too_long", f"line {n} is longer than {limit} characters", field=field)
+            yield n, line.rstrip("\r\n")
+
+
 def _norm(text: str | None) -> str | None:
     if text is None:
         return None
@@ -155,15 +176,22 @@ def identity_mismatches(bound: Binding | None, seen: ReportIdentity) -> list[Ide
 
 
 def binding_from_args(
-    target_id: str | None, gpu_name: str | None, compute_capability: str | None, driver_version: str | None
+    target_id: str | None,
+    gpu_name: str | None,
+    compute_capability: str | None,
+    driver_version: str | None,
+    subject: str | None = None,
+    snapshot_sha256: str | None = None,
 ) -> Binding | None:
-    if not any((target_id, gpu_name, compute_capability, driver_version)):
+    if not any((target_id, gpu_name, compute_capability, driver_version, subject, snapshot_sha256)):
         return None
     return Binding(
         target_id=target_id,
         gpu_name=gpu_name,
         compute_capability=compute_capability,
         driver_version=driver_version,
+        subject=subject,
+        snapshot_sha256=snapshot_sha256,
     )
 
 

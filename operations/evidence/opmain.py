@@ -40,11 +40,18 @@ def add_binding(p: argparse.ArgumentParser) -> None:
     g.add_argument("--bind-gpu-name", default=None)
     g.add_argument("--bind-compute-capability", default=None, help='e.g. "9.0"')
     g.add_argument("--bind-driver", default=None, help="NVIDIA driver version")
+    g.add_argument("--bind-subject", default=None, help='"original" or a variant id')
+    g.add_argument("--bind-snapshot", default=None, help="sha256 of the subject's snapshot")
 
 
 def binding(args: argparse.Namespace) -> Binding | None:
     return binding_from_args(
-        args.bind_target, args.bind_gpu_name, args.bind_compute_capability, args.bind_driver
+        args.bind_target,
+        args.bind_gpu_name,
+        args.bind_compute_capability,
+        args.bind_driver,
+        getattr(args, "bind_subject", None),
+        getattr(args, "bind_snapshot", None),
     )
 
 

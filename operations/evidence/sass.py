@@ -34,7 +34,11 @@ from .common import (
     ReportIdentity,
     norm_cc,
     open_report,
+    text_lines,
 )
+from .compiler import KernelStages, StageSummary, merge
+from .ptx import PtxModule
+from .triton_stages import TritonReport
 
 PARSER = "operations.evidence.sass"
 PARSER_VERSION = "1"
@@ -61,21 +65,7 @@ SIZE_MODS = {"U8": 1, "S8": 1, "U16": 2, "S16": 2, "32": 4, "64": 8, "128": 16}
 
 
 def _lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    with open(path, encoding="utf-8", errors="strict", newline="") as f:
-        n = 0
-        while True:
-            try:
-                line = f.readline(LINE_LIMIT)
-            except UnicodeDecodeError:
-                raise Refusal("not_text", f"line {n + 1} is not UTF-8 text", field="report") from None
-            if not line:
-                return
-            n += 1
-            if len(line) >= LINE_LIMIT and not line.endswith("\n"):
-                raise Refusal(
-                    "line_too_long", f"line {n} is longer than {LINE_LIMIT} characters", field="report"
-                )
-            yield n, line.rstrip("\r\n")
+    return text_lines(path, LINE_LIMIT, field="report")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,10 +429,46 @@ def parse_resource_usage(path: str | Path) -> ResourceReport:
 
 
 class SassFacts(FactSet):
-    kind: Literal["sass"] = "sass"
-    sass: SassReport | None
-    ptxas: PtxasReport | None
-    resource_usage: ResourceReport | None
+    """The one result model of compiler evidence (`cko sass`): the detailed reports it was given
+    and, per kernel, stage -> the facts every stage states alike (operations/evidence/compiler.py)."""
+
+    kind: Literal["sass", "ptx", "triton"] = "sass"
+    sass: SassReport | None = None
+    ptxas: PtxasReport | None = None
+    resource_usage: ResourceReport | None = None
+    ptx: PtxModule | None = None
+    triton: TritonReport | None = None
+    kernels: list[KernelStages] = Field(default_factory=list)
+
+
+CompilerFacts = SassFacts
+
+
+def _summaries(s: SassReport | None, p: PtxasReport | None, r: ResourceReport | None) -> list[KernelStages]:
+    out: list[KernelStages] = []
+    if s is not None:
+        for f in s.functions:
+            async_copy = {"LDGSTS": f.ldgsts} if f.ldgsts else {}
+            merge(out, f.name, "sass", StageSummary(
+                source_sha256=s.sha256, arch=f.arch, operations=f.instructions,
+                tensor_core=f.tensor_core, async_copy=async_copy, tma=f.tma, flags=f.flags,
+            ))  # fmt: skip
+    if p is not None:
+        for g in p.functions:
+            spill = (
+                None if g.spill_stores_bytes is None else g.spill_stores_bytes + (g.spill_loads_bytes or 0)
+            )
+            merge(out, g.name, "ptxas", StageSummary(
+                source_sha256=p.sha256, arch=g.arch, registers=g.registers,
+                shared_static_bytes=g.shared_memory_bytes, spill_bytes=spill,
+            ))  # fmt: skip
+    if r is not None:
+        for u in r.functions:
+            merge(out, u.name, "resource_usage", StageSummary(
+                source_sha256=r.sha256, arch=u.arch, registers=u.values.get("REG"),
+                shared_static_bytes=u.values.get("SHARED"),
+            ))  # fmt: skip
+    return out
 
 
 def parse_compiler_evidence(
@@ -496,4 +522,5 @@ def parse_compiler_evidence(
         sass=s,
         ptxas=p,
         resource_usage=r,
+        kernels=_summaries(s, p, r),
     )

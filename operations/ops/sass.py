@@ -1,4 +1,5 @@
-"""`python -I -m operations sass [--sass F] [--ptxas F] [--resource F] [--binary F] --out D`.
+"""`python -I -m operations sass [--sass F] [--ptxas F] [--resource F] [--binary F] --out D`,
+`... sass --ptx F --out D` and `... sass --triton-kernel F [F...] [--triton-kernel ...] --out D`.
 
 Compiler evidence into D/result.json (operations/evidence/sass.py). With --binary, runs
 `cuobjdump --dump-sass` and `cuobjdump --dump-resource-usage` on it here (the cuda image has
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from ..evidence import opmain
 from ..evidence.common import Refusal
+from ..evidence.compiler_evidence import parse_ptx_evidence, parse_triton_evidence
 from ..evidence.sass import SassFacts, parse_compiler_evidence
 
 CUOBJDUMP_TIMEOUT = 300
@@ -73,11 +75,29 @@ def _build(p: opmain.ArgParser) -> None:
     p.add_argument(
         "--binary", type=Path, default=None, help="executable, object, fatbin or cubin to dump here"
     )
+    p.add_argument("--ptx", type=Path, default=None, help="a PTX file")
+    p.add_argument(
+        "--triton-kernel",
+        type=Path,
+        nargs="+",
+        action="append",
+        default=None,
+        help="one Triton kernel's cache files (.json, .ttir, .ttgir, .llir, .ptx, ...); repeat per kernel",
+    )
     p.add_argument("--tool-version", default=None, help="cuobjdump / CUDA version the dumps came from")
     opmain.add_binding(p)
 
 
 def _body(a: argparse.Namespace) -> SassFacts:
+    others = (a.sass, a.ptxas, a.resource, a.binary)
+    if a.ptx is not None or a.triton_kernel:
+        if (a.ptx is not None and a.triton_kernel) or any(x is not None for x in others):
+            raise Refusal(
+                "bad_request", "give --ptx, --triton-kernel or the SASS inputs, one kind", field="ptx"
+            )
+        if a.ptx is not None:
+            return parse_ptx_evidence(a.ptx, bound_to=opmain.binding(a))
+        return parse_triton_evidence(a.triton_kernel, bound_to=opmain.binding(a))
     sass, resource, version = a.sass, a.resource, a.tool_version
     if a.binary is not None:
         if sass is not None or resource is not None:

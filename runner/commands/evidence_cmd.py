@@ -31,10 +31,33 @@ def _file(path: Path, what: str) -> Path:
     return p
 
 
-def _binding(store: Store, target_id: str | None) -> list[str]:
-    from ..workflow.collect import binding_args
+def _snapshot(store: Store, t: Any, subject: str) -> list[str]:
+    """--bind-subject/--bind-snapshot: the Target's original or one of its variants, by digest."""
+    if subject == "original":
+        if t.original is None:
+            raise bad_request(f"subject: target {t.id} has no original snapshot", field="subject")
+        return ["--bind-subject", "original", "--bind-snapshot", t.original.sha256]
+    from ..store import check_id
+    from ..workflow.records import Variant
 
-    return binding_args(store, target_id)
+    check_id(subject, "subject")
+    v, _ = store.get_record("variants", subject, Variant)
+    if v.target.id != t.id:
+        raise bad_request(f"subject: variant {subject} belongs to {v.target.id}, not {t.id}", field="subject")
+    return ["--bind-subject", subject, "--bind-snapshot", v.snapshot.sha256]
+
+
+def _binding(store: Store, target_id: str | None, subject: str | None = None) -> list[str]:
+    """--bind-* arguments for the operation from a Target's frozen identity (and a subject's snapshot)."""
+    if not target_id:
+        if subject:
+            raise bad_request("--subject needs --target", field="subject")
+        return []
+    from ..workflow.collect import binding_args
+    from ..workflow.ops import get_target
+
+    t, _ref = get_target(store, target_id)
+    return binding_args(store, target_id) + (_snapshot(store, t, subject) if subject else [])
 
 
 def _run(
@@ -204,6 +227,27 @@ def _human_sass(doc: dict[str, Any], inv: str) -> Any:
             spills,
             ", ".join(s["flags"]) if s else "",
         )
+    return t
+
+
+def _human_stages(doc: dict[str, Any], inv: str) -> Any:
+    t = Table(title=_head(doc, inv), title_justify="left")
+    for c in ("kernel", "stage", "arch", "ops", "vregs/regs", "tensor core", "async copy", "tma"):
+        t.add_column(c)
+    order = ("metadata", "source", "ttir", "ttgir", "llir", "ptx", "ptxas", "resource_usage", "sass")
+    for k in doc.get("kernels", []):
+        stages = sorted(k["stages"].items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99)
+        for stage, s in stages:
+            regs = s.get("registers") if s.get("registers") is not None else s.get("virtual_registers")
+            t.add_row(
+                k["name"][:50], stage, str(s.get("arch") or "-"),
+                "-" if s.get("operations") is None else str(s["operations"]),
+                "-" if regs is None else str(regs),
+                ", ".join(f"{op} x{n}" for op, n in list(s["tensor_core"].items())[:2]),
+                str(sum(s["async_copy"].values()) or ""), str(sum(s["tma"].values()) or ""),
+            )  # fmt: skip
+        for m in k.get("mismatches", []):
+            t.add_row(k["name"][:50], "MISMATCH", m, "", "", "", "", "")
     return t
 
 
@@ -470,6 +514,19 @@ def profile_torch(
     default=None,
     help="A CUDA binary: dumped with cuobjdump in the cuda image.",
 )
+@click.option("--ptx", "ptx_file", type=click.Path(path_type=Path), default=None, help="A PTX file.")
+@click.option(
+    "--triton",
+    "triton_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A Triton cache directory of one kernel (<hash>/) or of several: metadata, TTIR, TTGIR, LLIR, PTX.",
+)
+@click.option(
+    "--subject",
+    default=None,
+    help='With --target: "original" or a variant id, whose snapshot the compiler output came from.',
+)
 @_tool_version
 @_target
 @_policy
@@ -481,6 +538,9 @@ def sass(
     ptxas_file: Path | None,
     resource_file: Path | None,
     binary: Path | None,
+    ptx_file: Path | None,
+    triton_dir: Path | None,
+    subject: str | None,
     tool_version: str | None,
     target: str | None,
     policy: Path | None,
@@ -488,13 +548,25 @@ def sass(
     store: Path,
     as_json: bool,
 ) -> Outcome:
-    """Compiler evidence: registers, spills, stack, instruction mix, HGMMA/HMMA/LDL/STL/LDGSTS/TMA."""
+    """Compiler evidence: registers, spills, stack, instruction mix, HGMMA/HMMA/LDL/STL/LDGSTS/TMA;
+    from PTX (--ptx) or a Triton kernel's cache (--triton) the same per-kernel stage facts."""
+    bind = _binding(Store(store), target, subject)
+    if ptx_file is not None or triton_dir is not None:
+        given = [n for n, v in (("sass", sass_file), ("ptxas", ptxas_file), ("resource", resource_file),
+                                ("binary", binary)) if v is not None]  # fmt: skip
+        if given or (ptx_file is not None and triton_dir is not None):
+            raise bad_request(
+                "give one of --ptx, --triton or the SASS inputs", field="ptx" if ptx_file else "triton"
+            )
+        inputs, args = _ptx_inputs(ptx_file) if ptx_file is not None else _triton_inputs(triton_dir)
+        result = _run(store, "sass", args + bind, inputs, "cpu", "sass", policy, memory)
+        return _finish(result, "sass", _human_stages)
     if binary is not None and (sass_file is not None or resource_file is not None):
         raise bad_request("give --binary, or --sass/--resource, not both", field="binary")
     if binary is None and sass_file is None and ptxas_file is None and resource_file is None:
         raise bad_request("give --sass F [--ptxas F] or --binary F", field="sass")
-    inputs: dict[str, Path] = {}
-    args: list[str] = []
+    inputs = {}
+    args = []
     for flag, path, name in (
         ("--sass", sass_file, "sass.txt"),
         ("--ptxas", ptxas_file, "ptxas.txt"),
@@ -506,10 +578,36 @@ def sass(
             args += [flag, f"/cko/in/{name}"]
     if tool_version:
         args += ["--tool-version", tool_version]
-    args += _binding(Store(store), target)
+    args += bind
     image = "cuda" if binary is not None else "cpu"
     result = _run(store, "sass", args, inputs, image, "sass", policy, memory)
     return _finish(result, "sass", _human_sass)
+
+
+def _ptx_inputs(path: Path) -> tuple[dict[str, Path], list[str]]:
+    return {"kernel.ptx": _file(path, "ptx")}, ["--ptx", "/cko/in/kernel.ptx"]
+
+
+def _triton_inputs(root: Path | None) -> tuple[dict[str, Path], list[str]]:
+    """Each kernel's files as inputs `k<i>-<file>`, one --triton-kernel group per kernel. The
+    listing refuses links and special files here; the bytes are read by the sandbox's copy."""
+    from operations.evidence.common import Refusal
+    from operations.evidence.triton_stages import kernel_groups
+
+    assert root is not None
+    try:
+        groups = kernel_groups(root)
+    except Refusal as r:
+        raise bad_request(f"triton: {r.message}", field="triton") from None
+    inputs: dict[str, Path] = {}
+    args: list[str] = []
+    for i, files in enumerate(groups):
+        args.append("--triton-kernel")
+        for f in files:
+            name = f"k{i}-{f.name}"
+            inputs[name] = f
+            args.append(f"/cko/in/{name}")
+    return inputs, args
 
 
 @click.command(name="execution-map")

@@ -151,6 +151,7 @@ def _parse(
     store: Store,
     t: Target,
     m: Measured,
+    subject: tuple[str, Snapshot],
     op: str,
     data: bytes,
     tool_version: str | None,
@@ -164,6 +165,7 @@ def _parse(
     try:
         (tmp / "report").write_bytes(data)
         args = ["--report", "/cko/in/report", *binding_args(store, t.id)]
+        args += ["--bind-subject", subject[0], "--bind-snapshot", subject[1].sha256]
         if tool_version:
             args += ["--tool-version", tool_version]
         res = run_operation(
@@ -221,7 +223,9 @@ def collect_ncu(
         err.detail = {"collection": m.invocation.model_dump()}
         raise err
     tools = (m.identity.tools if m.identity else {}) or {}
-    parsed, code = _parse(store, t, m, "profile-ncu", data, tools.get("ncu"), parse_memory, policy_path)
+    parsed, code = _parse(
+        store, t, m, (req.subject, snap), "profile-ncu", data, tools.get("ncu"), parse_memory, policy_path
+    )
     return _bound(m, req, snap, NCU_REPORT, data) | parsed, code
 
 
@@ -247,7 +251,9 @@ def collect_torch(
         warmup=1,  # compilation and caches settle before the profiled block
     )
     m, snap, data = _collect(store, t, tref, req, run, progress, policy_path)
-    parsed, code = _parse(store, t, m, "profile-torch", data, None, parse_memory, policy_path)
+    parsed, code = _parse(
+        store, t, m, (req.subject, snap), "profile-torch", data, None, parse_memory, policy_path
+    )
     return _bound(m, req, snap, TORCH_REPORT, data) | parsed, code
 
 
@@ -281,7 +287,9 @@ def collect_nsys(
     wrapped = t.driver.model_copy(update={"command": [*NSYS_BASE, *t.driver.command]})
     run = CollectRun(tool="nsys", driver=wrapped, report=NSYS_REPORT, warmup=1)
     m, snap, data = _collect(store, t, tref, req, run, progress, policy_path)
-    parsed, code = _parse(store, t, m, "profile-nsys", data, tools.get("nsys"), parse_memory, policy_path)
+    parsed, code = _parse(
+        store, t, m, (req.subject, snap), "profile-nsys", data, tools.get("nsys"), parse_memory, policy_path
+    )
     return _bound(m, req, snap, NSYS_REPORT, data) | parsed, code
 
 
