@@ -230,6 +230,17 @@ def test_too_few_invocations_are_inconclusive() -> None:
     assert not r.calibrated and r.verdict == "inconclusive"
 
 
+def test_run_order_interleaves_in_seeded_blocks() -> None:
+    from runner.workflow.stackaudit import run_order
+
+    order = run_order(5, seed=7)
+    assert [r for r, _ in order] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert all({order[2 * r][1], order[2 * r + 1][1]} == {"from", "to"} for r in range(5))
+    assert all(order[4 * b][1] == order[4 * b + 3][1] for b in range(2))  # ABBA or BAAB
+    assert order == run_order(5, seed=7)
+    assert len({tuple(run_order(6, seed=s)) for s in range(20)}) > 1
+
+
 # -- the per-case result -----------------------------------------------------------------------
 
 
@@ -285,3 +296,56 @@ def test_bad_stack_requests_name_the_field_and_write_nothing(
 def test_stack_options_without_stack_are_refused(tmp_path: Path) -> None:
     r = run_cko("audit", "--component", "image", "--json", store=tmp_path / "s")
     assert r.code == 2 and json.loads(r.stdout)["field"] == "component"
+
+
+def test_verify_recomputes_a_stack_audits_verdicts_from_its_medians(tmp_path: Path) -> None:
+    from runner.store import Store
+    from runner.workflow.stackaudit import recheck
+    from runner.workflow.stackdiff import StackDiff
+    from runner.workflow.stackrecord import StackAudit
+
+    store = Store(tmp_path / "store")
+    t = target(identity("1"))
+    with store.writer():
+        tref = Ref(**store.put_record("targets", t.id, t))
+    invs = [_inv(s, r, 2.0 + 0.01 * r) for r in range(4) for s in ("from", "to")]
+    case = case_result(t, "c", invs, 0, {"from": None, "to": None})
+    rec = StackAudit(
+        id="sta-20260101T000000-abcdef01",
+        created_at="2026-01-01T00:00:00+00:00",
+        from_target=tref,
+        to_target=tref,
+        component="image",
+        diff=StackDiff(),
+        images={},
+        rounds=4,
+        samples_per_case=1,
+        warmup=0,
+        seed=0,
+        order=["from", "to"] * 4,
+        metric="time",
+        direction="lower",
+        min_effect_pct=5.0,
+        confidence=0.95,
+        resamples=4000,
+        baselines={"from": None, "to": None},
+        invocations=invs,
+        cases=[case],
+        answer="measured",
+        results=ObjectRef(sha256=SHA, size=1),
+    )
+    assert recheck(store, rec) == []
+    forged = rec.model_copy(update={"cases": [case.model_copy(update={"verdict": "faster"})]})
+    assert recheck(store, forged) == ["case c: recorded faster, the stored medians give no_difference"]
+
+
+def test_load_above_the_targets_ceiling_is_named_and_blocks() -> None:
+    from runner.workflow.requests import LoadCeiling
+    from runner.workflow.stackaudit import _reasons
+
+    busy = WindowLoad(host_cpus=2, foreign_cpu_cores_median=1.9)
+    invs = [_inv(s, r, 2.0).model_copy(update={"load": busy}) for r in range(4) for s in ("from", "to")]
+    reasons, loaded = _reasons(invs, LoadCeiling())
+    assert [r.code for r in reasons] == ["load_above_ceiling", "measured_under_load"] and loaded
+    reasons, _ = _reasons(invs, LoadCeiling(max_foreign_cpu_share=1.0))
+    assert [r.code for r in reasons] == ["measured_under_load"]  # reported, not blocking

@@ -2,9 +2,9 @@
 
 Refused (exit 2, nothing run or written) unless the two Targets are the same workload and their
 frozen identities differ in the declared component only (runner/workflow/stackdiff.py). Then both
-originals are measured, each in its own Target's exact image, in interleaved invocations (ABBA over
-rounds: from, to, to, from, ...), each a short measurement of every case, so drift and other work on
-the host hit both sides. An invocation's median per case is the unit the comparison counts: samples
+originals are measured, each in its own Target's exact image, in interleaved invocations (seeded
+ABBA/BAAB blocks over pairs of rounds), each a short measurement of every case, so drift and other
+work on the host hit both sides. An invocation's median per case is the unit the comparison counts: samples
 inside one container share its warm state and moment, so counting them as independent would make
 the interval too narrow. Per case, `operations/twosample.py` gives the relative difference of the
 medians, its interval and a verdict (faster / slower / no_difference / inconclusive). The record
@@ -13,6 +13,7 @@ is written once, in the ledger; cko returns the facts and promotes nothing.
 
 from __future__ import annotations
 
+import random
 import statistics
 from typing import Any
 
@@ -21,7 +22,7 @@ from pydantic import Field, ValidationError
 from operations.protocol import DriverResult, ScheduleItem
 from operations.twosample import compare_two
 
-from ..errors import Exit, failed, pydantic_error
+from ..errors import CkoError, Exit, failed, pydantic_error
 from ..executor import LOCAL, Executor
 from ..identity import compare
 from ..models import Closed, ObjectRef, Ref
@@ -33,6 +34,7 @@ from .decide import under_load
 from .loadin import window_load
 from .measure import Measured, run_measurement
 from .records import Baseline, Target
+from .requests import LoadCeiling
 from .stackdiff import StackDiff, check_declared, stack_diff
 from .stackrecord import Side, StackAudit, StackCase, StackInvocation
 from .verdicts import Reason
@@ -72,11 +74,19 @@ def plan(store: Store, req: StackAuditRequest) -> tuple[dict[Side, tuple[Target,
     return sides, diff
 
 
-def _order(rounds: int) -> list[tuple[int, Side]]:
+def run_order(rounds: int, seed: int) -> list[tuple[int, Side]]:
+    """Seeded ABBA/BAAB blocks over pairs of rounds (as `paired_schedule` orders pairs): a linear
+    drift hits both sides alike within a block, and which side runs first is chance, not a rule that
+    a periodic load could line up with, so under equal stacks the two sides' values are exchangeable."""
+    rng = random.Random(seed)
     out: list[tuple[int, Side]] = []
-    for r in range(rounds):
-        pair: tuple[Side, Side] = ("from", "to") if r % 2 == 0 else ("to", "from")
-        out += [(r, pair[0]), (r, pair[1])]
+    for r in range(0, rounds, 2):
+        first: tuple[Side, Side] = (
+            ("from", "to") if rng.choice(("ABBA", "BAAB")) == "ABBA" else ("to", "from")
+        )
+        out += [(r, first[0]), (r, first[1])]
+        if r + 1 < rounds:
+            out += [(r + 1, first[1]), (r + 1, first[0])]
     return out
 
 
@@ -203,8 +213,37 @@ def case_result(
     return StackCase(**base, comparison=cmp, verdict=cmp.verdict, note=note)
 
 
-def _reasons(invs: list[StackInvocation]) -> tuple[list[Reason], bool]:
-    reasons = []
+def _ceiling(invs: list[StackInvocation], ceiling: LoadCeiling) -> list[Reason]:
+    """The Target's declared load ceiling, over the invocations' windows (basis: window): above it the
+    measurement says more about the other work than about either stack."""
+    shares = [
+        i.load.foreign_cpu_cores_median / i.load.host_cpus
+        for i in invs
+        if i.load.foreign_cpu_cores_median is not None and i.load.host_cpus
+    ]
+    out = []
+    if shares and statistics.median(shares) > ceiling.max_foreign_cpu_share:
+        out.append(
+            Reason(
+                code="load_above_ceiling",
+                message=f"other processes used a median {statistics.median(shares):.0%} of the host's CPUs, "
+                f"above the plan's ceiling {ceiling.max_foreign_cpu_share:.0%}",
+            )
+        )
+    gpu = max((i.load.foreign_gpu_contexts or 0 for i in invs), default=0)
+    if gpu > ceiling.max_foreign_gpu_contexts:
+        out.append(
+            Reason(
+                code="load_above_ceiling",
+                message=f"{gpu} other GPU context(s) ran, above the plan's ceiling "
+                f"{ceiling.max_foreign_gpu_contexts}",
+            )
+        )
+    return out
+
+
+def _reasons(invs: list[StackInvocation], ceiling: LoadCeiling) -> tuple[list[Reason], bool]:
+    reasons = _ceiling(invs, ceiling)
     for i in invs:
         if i.identity_mismatch:
             fields = ", ".join(str(x.get("field")) for x in i.identity_mismatch)
@@ -242,7 +281,7 @@ def stack_audit(
     )
     invs: list[StackInvocation] = []
     results: list[dict[str, Any]] = []
-    for where in _order(req.rounds):
+    for where in run_order(req.rounds, req.seed):
         t, tref = sides[where[1]]
         inv, res = _measure(store, t, tref, where, req, progress, executor)
         invs.append(inv)
@@ -271,8 +310,10 @@ def _commit(
 ) -> tuple[dict[str, Any], int]:
     ta = sides["from"][0]
     assert ta.objective is not None
-    reasons, loaded = _reasons(invs)
-    blocking = any(r.code in ("environment_mismatch", "integrity_violation") for r in reasons)
+    reasons, loaded = _reasons(invs, ta.plan.load)
+    blocking = any(
+        r.code in ("environment_mismatch", "integrity_violation", "load_above_ceiling") for r in reasons
+    )
     blob = store.put_json(results)
     rec = StackAudit(
         id=new_id("sta"),
@@ -287,7 +328,7 @@ def _commit(
         samples_per_case=req.samples_per_case,
         warmup=ta.plan.warmup,
         seed=req.seed,
-        order=[side for _, side in _order(req.rounds)],
+        order=[side for _, side in run_order(req.rounds, req.seed)],
         metric=ta.objective.primary.name,
         direction=ta.objective.primary.direction,
         min_effect_pct=ta.objective.min_effect_pct,
@@ -343,3 +384,22 @@ def _case_row(c: StackCase) -> dict[str, Any]:
         "aa_resolution_pct": c.aa_resolution_pct,
         "note": c.note,
     }
+
+
+def recheck(store: Store, rec: StackAudit) -> list[str]:
+    """verify's semantic pass for one stack audit: every invocation's medians from its samples, and
+    every case's comparison and verdict from those medians and the "from" Target's objective and plan."""
+    try:
+        t, _ = store.get_record("targets", rec.from_target.id, Target, sha256=rec.from_target.sha256)
+    except CkoError as exc:
+        return [f"its from Target cannot be read: {exc.message}"]
+    out = [
+        f"{i.side} round {i.round + 1}: recorded medians do not match its samples"
+        for i in rec.invocations
+        if i.medians != {c: statistics.median(v) for c, v in i.samples.items() if v}
+    ]
+    for c in rec.cases:
+        again = case_result(t, c.case, rec.invocations, rec.seed, c.aa_resolution_pct)
+        if (again.verdict, again.comparison) != (c.verdict, c.comparison):
+            out.append(f"case {c.case}: recorded {c.verdict}, the stored medians give {again.verdict}")
+    return out

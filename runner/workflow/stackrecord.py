@@ -61,7 +61,7 @@ class StackAudit(Closed):
     samples_per_case: int
     warmup: int
     seed: int
-    order: list[Side]  # the invocations' order: ABBA over rounds, so a linear drift hits both sides
+    order: list[Side]  # the invocations' order: seeded ABBA/BAAB blocks over pairs of rounds
     metric: str
     direction: Literal["lower", "higher"]
     min_effect_pct: float
