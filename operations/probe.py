@@ -24,7 +24,14 @@ PACKAGES = (
     "cupy-cuda13x",
     "jax",
     "nvidia-ml-py",
+    # the CUDA runtime a wheel-based stack carries (torch's CUDA builds depend on these)
+    "nvidia-cuda-runtime-cu12",
+    "nvidia-cuda-runtime-cu13",
+    "nvidia-cuda-runtime",
 )
+# What the probe looks for besides PACKAGES. Recorded as `probed`, so that a name missing from
+# `tools` reads "looked for, not installed" rather than "never looked for" (cko audit --stack).
+COMMANDS = ("python", "nvcc", "ncu", "cuobjdump", "cuda_version_env")
 
 
 def _version_of(cmd: list[str], pattern: str) -> str | None:
@@ -46,6 +53,8 @@ def tool_versions() -> dict[str, str]:
         "ncu": _version_of(["ncu", "--version"], r"Version ([0-9][0-9.]*)"),
         "nsys": _version_of(["nsys", "--version"], r"([0-9]{4}\.[0-9][0-9.]*)"),
         "cuobjdump": _version_of(["cuobjdump", "--version"], r"release ([0-9.]+)"),
+        # NVIDIA's CUDA base images name their toolkit/runtime here; absent in cko's own CPU images
+        "cuda_version_env": os.environ.get("CUDA_VERSION"),
     }
     for pkg in PACKAGES:
         try:
@@ -53,6 +62,11 @@ def tool_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             pass
     return {k: v for k, v in tools.items() if v}
+
+
+def probed() -> list[str]:
+    """Every tool and package name `tool_versions` looks for, found or not."""
+    return sorted({*COMMANDS, *PACKAGES})
 
 
 def visible_gpus() -> dict[str, Any]:
@@ -98,6 +112,7 @@ def probe() -> dict[str, Any]:
     gpus = visible_gpus()
     return {
         "tools": tool_versions(),
+        "probed": probed(),
         "gpus": gpus,
         "uid": os.getuid(),
         "gid": os.getgid(),

@@ -38,7 +38,12 @@ SPECIFIC_EXITS: dict[str, dict[str, str]] = {
         "1": "run, accuracy or integrity failed, or --fail-on matched",
         "2": "bad request, or target_stage_final / screen_rejected",
     },
-    "audit": {"0": "holds", "1": "does not hold", "5": "could not check"},
+    "audit": {
+        "0": "holds (--stack: measured, whatever the case verdicts)",
+        "1": "does not hold",
+        "2": "bad request; --stack: refused, more than the declared component differs (nothing written)",
+        "5": "could not check (--stack: an arm not on its Target's frozen stack, or a host component)",
+    },
     "verify": {"1": "a missing or altered file, or a recorded verdict the samples do not give again"},
     "status": {"0": "shown (with --follow/--wait: the operation's own exit code)", "4": "--timeout passed"},
     "champion select": {"1": "the evidence does not support selection (codes in the document)"},

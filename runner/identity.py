@@ -62,6 +62,10 @@ class EnvironmentIdentity(Closed):
     devices: list[DeviceIdentity] = Field(default_factory=list)
     host: HostIdentity
     tools: dict[str, str] = Field(default_factory=dict)
+    # The names the in-container probe looked for (operations/probe.py): one of them missing from
+    # `tools` is not installed. None on identities recorded before the probe said so: then a
+    # missing name cannot be told from one never looked for.
+    probed: list[str] | None = None
 
     @property
     def arch(self) -> str | None:

@@ -474,7 +474,13 @@ def _execute_admitted(
                 tel_summary = series.get("summary")
             probe = meta.get("probe.json")
             if isinstance(probe, dict):
-                identity = identity.model_copy(update={"tools": probe.get("tools", {})})
+                seen = probe.get("probed")
+                identity = identity.model_copy(
+                    update={
+                        "tools": probe.get("tools", {}),
+                        "probed": [str(x) for x in seen] if isinstance(seen, list) else None,
+                    }
+                )
             res = InvocationResult(
                 id=inv_id,
                 op=plan.op,

@@ -154,6 +154,18 @@ class AuditResult(Envelope):
     summary: str
 
 
+class StackAuditResult(Envelope):
+    """`cko audit --stack`: the record's reference and one row per case (facts, no promotion)."""
+
+    stack_audit: RefDoc
+    answer: Literal["measured", "could_not_check"]
+    component: str
+    differs: list[str]
+    unchecked: list[str]
+    reason_codes: list[str]
+    cases: list[Obj]
+
+
 class ReportResult(Envelope):
     targets: list[Obj]
     baselines: list[Obj]
@@ -287,4 +299,5 @@ def result_schema_entries() -> dict[str, str]:
     }
     out["error"] = "runner.results:ErrorDoc"
     out["detached-result"] = "runner.results:DetachedResult"
+    out["stack-audit-result"] = "runner.results:StackAuditResult"
     return out

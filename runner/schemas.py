@@ -24,6 +24,8 @@ SCHEMAS: dict[str, str] = {
     "variant": "runner.workflow.records:Variant",
     "experiment": "runner.workflow.records:Experiment",
     "selection": "runner.workflow.records:Selection",
+    "stack-audit": "runner.workflow.stackrecord:StackAudit",
+    "stack-audit-request": "runner.workflow.stackaudit:StackAuditRequest",
     "champion-pointer": "runner.workflow.records:ChampionPointer",
     "decision": "runner.workflow.verdicts:Decision",
     "decide-plan": "runner.workflow.verdicts:DecidePlan",

@@ -25,7 +25,7 @@ from .canonical import canonical_bytes, sha256_bytes, sha256_file
 from .errors import CkoError, Exit, bad_request, failed
 from .locks import FileLock
 
-RECORD_KINDS = ("targets", "variants", "experiments", "baselines", "evidence")
+RECORD_KINDS = ("targets", "variants", "experiments", "baselines", "evidence", "stackaudits")
 ID_RE = re.compile(r"^[a-z]{2,5}-[0-9]{8}T[0-9]{6}-[0-9a-f]{6,12}$")
 M = TypeVar("M", bound=BaseModel)
 

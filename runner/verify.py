@@ -15,6 +15,7 @@ PREFIX_KIND = {
     "var": "variants",
     "exp": "experiments",
     "bas": "baselines",
+    "sta": "stackaudits",
     "evd": "evidence",
     "inv": "invocations",
     "sel": "selections",

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
 
 from ..cliutil import Outcome, common, console, detachable, fleet_options, handled, progress_console, say
+from ..errors import bad_request
 from ..fleet import open_executor
 from ..report import gather, html_report, text, to_json
 from ..store import Store
 from ..workflow import champion as champion_mod
 from ..workflow.audit import EXIT, audit, junit
+from ..workflow.stackaudit import parse_request, stack_audit
 
 
 @click.group("champion")
@@ -97,6 +100,21 @@ def restore_cmd(store: Path, as_json: bool, target: str, audit_id: str | None, r
 @click.command("audit")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Also write JUnit XML here.")
 @click.option("--pairs", type=int, help="Pairs for the re-run (default: as recorded).")
+@click.option(
+    "--stack", is_flag=True, help="A stack-upgrade audit of two Targets (--from, --to, --component)."
+)
+@click.option("--from", "from_target", metavar="TARGET", help="--stack: the Target on the current stack.")
+@click.option("--to", "to_target", metavar="TARGET", help="--stack: the Target on the upgraded stack.")
+@click.option(
+    "--component",
+    metavar="NAME",
+    help="--stack: the one component declared to differ (image, torch, triton, cuda, python, numpy, ...).",
+)
+@click.option("--rounds", type=int, default=6, show_default=True, help="--stack: invocations per side.")
+@click.option(
+    "--samples", type=int, default=3, show_default=True, help="--stack: samples per case per invocation."
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="--stack: the bootstrap's seed.")
 @fleet_options
 @common
 @handled
@@ -108,10 +126,36 @@ def audit_cmd(
     pairs: int | None,
     fleet: str | None,
     gpu_model: str | None,
+    stack: bool = False,
+    from_target: str | None = None,
+    to_target: str | None = None,
+    component: str | None = None,
+    rounds: int = 6,
+    samples: int = 3,
+    seed: int = 0,
 ) -> Outcome:
     """For CI: verify every hash and recorded verdict, then re-run the original against each Target's
     champion in the pinned image. Exit 0 holds, 1 does not hold, 5 could not check (image or
-    environment unavailable, a void re-run); the JUnit file says the same (failure / error)."""
+    environment unavailable, a void re-run); the JUnit file says the same (failure / error).
+
+    With --stack: two Targets of one workload whose frozen identities differ in the declared
+    --component only, both originals measured in their own images, interleaved, compared case by case
+    (faster / slower / no_difference / inconclusive). Refused (exit 2, nothing written) when anything
+    else differs; exit 0 measured, 5 could not check (an arm not on its Target's frozen stack)."""
+    stack_opts = {"--from": from_target, "--to": to_target, "--component": component}
+    if stack:
+        if junit_path or pairs is not None:
+            raise bad_request("--junit and --pairs belong to the champion audit, not --stack", field="stack")
+        req = parse_request(
+            {"from": from_target, "to": to_target, "component": component}
+            | {"rounds": rounds, "samples_per_case": samples, "seed": seed}
+        )
+        with open_executor(fleet, gpu_model) as executor:
+            doc, code = stack_audit(Store(store, create=False), req, say, executor)
+        return stack_outcome(doc, code)
+    given = [k for k, v in stack_opts.items() if v is not None]
+    if given:
+        raise bad_request(f"{', '.join(given)}: only with --stack", field=given[0].lstrip("-"))
     with open_executor(fleet, gpu_model) as executor:
         doc = audit(Store(store, create=False), say, pairs=pairs, executor=executor)
     if junit_path:
@@ -120,6 +164,39 @@ def audit_cmd(
     for c in doc["checks"]:
         t.add_row(c["name"], c["answer"], c["code"], c["detail"])
     return Outcome(doc=doc, human=t, extra_human=[doc["summary"]], exit_code=EXIT[doc["answer"]])
+
+
+def stack_outcome(doc: dict[str, Any], code: int) -> Outcome:
+    """The stack audit's table: per case both medians, the effect, its interval and the verdict."""
+    t = Table(
+        "case",
+        "from median",
+        "to median",
+        "effect %",
+        "CI %",
+        "verdict",
+        "A/A resolution %",
+        "note",
+        title=f"cko audit --stack {doc['component']}: {doc['answer']} ({doc['stack_audit']['id']})",
+    )
+    for c in doc["cases"]:
+        res = ", ".join(f"{k} {v:.2f}" for k, v in c["aa_resolution_pct"].items() if v is not None)
+        t.add_row(
+            c["case"],
+            f"{c['from_median']:.4g} {c['unit']}" if c["from_median"] is not None else "-",
+            f"{c['to_median']:.4g} {c['unit']}" if c["to_median"] is not None else "-",
+            f"{c['effect_pct']:+.2f}" if c["effect_pct"] is not None else "-",
+            f"[{c['ci_low_pct']:+.2f}, {c['ci_high_pct']:+.2f}]" if c["ci_low_pct"] is not None else "-",
+            c["verdict"],
+            res or "no baseline",
+            c["note"] or "",
+        )
+    lines = [
+        f"differs: {', '.join(doc['differs']) or 'nothing'}; could not check: {', '.join(doc['unchecked']) or 'none'}",
+        *[f"{r['code']}: {r['message']}" for r in doc["reasons"]],
+        "effect: + means the 'to' stack is better in the metric's direction; cko promotes nothing",
+    ]
+    return Outcome(doc=doc | {"schema": "stack-audit-result"}, human=t, extra_human=lines, exit_code=code)
 
 
 @click.command("report")

@@ -84,9 +84,26 @@ def recheck_store(store: Store) -> list[dict[str, str]]:
             continue  # recorded before verdicts were recomputable: hashes only (verify_store)
         _, diffs = recompute(store, e)
         problems += [{"path": rel, "problem": f"verdict_mismatch: {x}"} for x in diffs]
+    problems += _recheck_stack_audits(store)
     for tid in pointer_targets(store):
         problems += [
             {"path": f"champion/{tid}.json", "problem": f"dangling_champion: {x}"}
             for x in pointer_problems(store, tid)
         ]
+    return problems
+
+
+def _recheck_stack_audits(store: Store) -> list[dict[str, str]]:
+    from .stackaudit import recheck
+    from .stackrecord import StackAudit
+
+    problems = []
+    for sid in store.list_records("stackaudits"):
+        rel = f"stackaudits/{sid}.json"
+        try:
+            rec, _ = store.get_record("stackaudits", sid, StackAudit)
+        except CkoError as exc:
+            problems.append({"path": rel, "problem": exc.message})
+            continue
+        problems += [{"path": rel, "problem": f"verdict_mismatch: {x}"} for x in recheck(store, rec)]
     return problems
