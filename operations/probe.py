@@ -31,7 +31,7 @@ PACKAGES = (
 )
 # What the probe looks for besides PACKAGES. Recorded as `probed`, so that a name missing from
 # `tools` reads "looked for, not installed" rather than "never looked for" (cko audit --stack).
-COMMANDS = ("python", "nvcc", "ncu", "cuobjdump", "cuda_version_env")
+COMMANDS = ("python", "nvcc", "ncu", "nsys", "cuobjdump", "cuda_version_env")
 
 
 def _version_of(cmd: list[str], pattern: str) -> str | None:
