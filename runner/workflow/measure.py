@@ -110,6 +110,8 @@ def _driver_request(
         entry=target.entry,
         workers=workers,
         command_timeout_s=target.process_timeout_s,
+        timing_mode=target.plan.timing.mode,
+        runs_per_sample=target.plan.timing.runs_per_block or 1,
     )
 
 

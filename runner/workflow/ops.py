@@ -34,7 +34,7 @@ from .decide import under_load
 from .loadin import window_load
 from .measure import Measured, paired_schedule, run_measurement
 from .records import Baseline, CaseBaseline, Target, Variant
-from .requests import BaselineRequest, ReadinessRequest, VariantRequest
+from .requests import BaselineRequest, ReadinessRequest, StatsPlan, VariantRequest, runs_for
 from .snapshot import commit, load_manifest, manifest_of, scan, take
 
 _put_record = put_record
@@ -145,6 +145,7 @@ def readiness(
     if blockers:
         return {"ready": False, "blockers": blockers, "smoke": m.invocation.model_dump()}, int(Exit.FAILED)
     target = target.model_copy(update={"identity": m.identity, "smoke": m.invocation, "ran_on": m.ran_on})
+    target = target.model_copy(update={"plan": _sized(store, target, req, progress, executor)})
     ref = _put_record(store, "targets", tid, target)
     return {
         "ready": True,
@@ -154,6 +155,45 @@ def readiness(
         "identity": m.identity.model_dump(mode="json") if m.identity else None,
         "ran_on": _ran_on_doc(m),
     }, int(Exit.DONE)
+
+
+SIZING_RUNS = 64  # a sizing block's runs: the window's fixed cost spread 64 ways
+
+
+def _sized(
+    store: Store, target: Target, req: ReadinessRequest, progress: Progress, executor: Executor
+) -> StatsPlan:
+    """The plan with hot blocks sized and frozen: a second smoke times SIZING_RUNS back-to-back runs
+    per block (a one-run block carries the window's fixed cost, ~100-150 us on the H200, and would
+    size a us-scale subject's blocks far too short), then runs = min_block_ms / the fastest case's
+    per-run time."""
+    plan = req.plan
+    if plan.timing.mode != "hot" or plan.timing.runs_per_block is not None or target.original is None:
+        return plan
+    probe = plan.model_copy(update={"timing": plan.timing.model_copy(update={"runs_per_block": SIZING_RUNS})})
+    progress(f"readiness: sizing hot blocks ({SIZING_RUNS} runs per block)")
+    m = run_measurement(
+        store,
+        target.model_copy(update={"plan": probe}),
+        {"original": target.original},
+        [it for c in req.cases for it in _reps("original", c.id, 2)],
+        mode="smoke",
+        seed=0,
+        acquisition=plan.acquisition,
+        label=f"readiness sizing {req.name}",
+        parent={"readiness": req.name},
+        warmup=0,
+        progress=progress,
+        telemetry=False,
+        executor=executor,
+    )
+    walls = [w for s in (m.result.series if m.result else []) for w in s.wall_ns if w > 0]
+    if m.failure or not walls:
+        raise failed(
+            f"readiness: the hot-block sizing smoke failed ({_measure_failure(m)})", code="sizing_failed"
+        )
+    runs = runs_for(plan.timing, min(walls) / SIZING_RUNS / 1e6)
+    return plan.model_copy(update={"timing": plan.timing.model_copy(update={"runs_per_block": runs})})
 
 
 def _smoke_step(f: dict[str, Any], image: str) -> str:

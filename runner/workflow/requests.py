@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -83,6 +84,42 @@ class LoadCeiling(Closed):
     )
 
 
+class Timing(Closed):
+    """How each sample's block is timed (operations/timing.py), frozen with the Target.
+
+    cold: one run per block, the GPU's L2 flushed before it, events around it: each sample pays the
+    window's fixed cost (on the H200 ~100-150 us: the whole-device synchronise and the event round
+    trip), which is noise for a ms-scale subject and compresses the gain of a us-scale one.
+    hot: `runs_per_block` back-to-back runs between two events, per-run time = block / runs: the
+    fixed cost is spread over a block of at least `min_block_ms` (tests/gpu/README.md, fidelity)."""
+
+    mode: Literal["cold", "hot"] = "cold"
+    runs_per_block: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="hot: runs per block; unset: readiness sizes it from the smoke to min_block_ms",
+    )
+    min_block_ms: float = Field(default=1.0, gt=0, le=10_000)
+
+    @model_validator(mode="after")
+    def _cold_is_one_run(self) -> Timing:
+        if self.mode == "cold" and self.runs_per_block not in (None, 1):
+            raise ValueError("timing.runs_per_block: cold mode times one run per block")
+        return self
+
+
+def runs_for(timing: Timing, per_run_ms: float | None) -> int:
+    """The hot block's runs: enough for min_block_ms at the smoke's fastest per-run time."""
+    if timing.mode == "cold":
+        return 1
+    if timing.runs_per_block is not None:
+        return timing.runs_per_block
+    if not per_run_ms or per_run_ms <= 0:
+        return 1
+    return max(1, min(1_000_000, math.ceil(timing.min_block_ms / per_run_ms)))
+
+
 class StatsPlan(Closed):
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
     screen_pairs: int = Field(default=8, ge=3, le=1000)
@@ -102,6 +139,7 @@ class StatsPlan(Closed):
         "below 90% of the series' settled SM clock; counted and reported",
     )
     load: LoadCeiling = LoadCeiling()
+    timing: Timing = Timing()
 
     @model_validator(mode="after")
     def _order(self) -> StatsPlan:
