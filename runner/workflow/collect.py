@@ -85,6 +85,15 @@ NCU_BASE = [
 ]
 
 
+def _target(store: Store, req: CollectRequest, ncu: bool = False) -> tuple[Target, Ref]:
+    """The Target to collect on: an optimisation Target (it has a driver and an original)."""
+    t, tref = ops.get_target(store, req.target)
+    ops._require_optimization(t)
+    if req.ncu_args and not ncu:
+        raise bad_request("ncu_args: only for ncu collection", field="ncu_args")
+    return t, tref
+
+
 def _subject(store: Store, t: Target, req: CollectRequest) -> tuple[Snapshot, str]:
     """The snapshot to profile and the case, both checked against the Target."""
     assert t.original is not None
@@ -205,9 +214,8 @@ def collect_ncu(
     parse_memory: str = "4g",
 ) -> tuple[dict[str, Any], int]:
     """Profile one subject under ncu, then parse its report (the parse in a container of `parse_memory`)."""
-    t, tref = ops.get_target(store, req.target)
-    ops._require_optimization(t)
-    assert t.original and t.driver
+    t, tref = _target(store, req, ncu=True)
+    assert t.driver is not None
     if t.image != "cuda":
         raise bad_request("target: ncu collection needs a Target on the cuda image", field="target")
     for a in req.ncu_args:
@@ -238,11 +246,8 @@ def collect_torch(
 ) -> tuple[dict[str, Any], int]:
     """One block of one subject under torch.profiler in its worker (operations/torchprof.py), the
     Chrome trace kept as an object of the collection, then parsed by `profile-torch`."""
-    t, tref = ops.get_target(store, req.target)
-    ops._require_optimization(t)
-    assert t.original and t.driver
-    if req.ncu_args:
-        raise bad_request("ncu_args: only for ncu collection", field="ncu_args")
+    t, tref = _target(store, req)
+    assert t.driver is not None
     run = CollectRun(
         tool="torch.profiler",
         driver=t.driver,
@@ -269,9 +274,8 @@ def collect_nsys(
     Refused before anything runs (code nsys_unavailable) where the Target's frozen identity shows no
     nsys in its image: the cuda image leaves Nsight Systems out, and on the lent H200 nsys cannot
     finish a report at all (tests/fixtures/nsys/README.md)."""
-    t, tref = ops.get_target(store, req.target)
-    ops._require_optimization(t)
-    assert t.original and t.driver
+    t, tref = _target(store, req)
+    assert t.driver is not None
     tools = (t.identity.tools if t.identity else {}) or {}
     if not tools.get("nsys"):
         raise CkoError(
@@ -282,8 +286,6 @@ def collect_nsys(
             code="nsys_unavailable",
             field="target",
         )
-    if req.ncu_args:
-        raise bad_request("ncu_args: only for ncu collection", field="ncu_args")
     wrapped = t.driver.model_copy(update={"command": [*NSYS_BASE, *t.driver.command]})
     run = CollectRun(tool="nsys", driver=wrapped, report=NSYS_REPORT, warmup=1)
     m, snap, data = _collect(store, t, tref, req, run, progress, policy_path)
