@@ -90,6 +90,9 @@ def test_ctrl_c_exits_130_with_a_json_document(tmp_path: Path) -> None:
         text=True,
         env=ENV,
         cwd=ROOT,
+        # as from a terminal: a suite started in the background (`make test &`) has SIGINT ignored,
+        # which its children inherit, and Python then installs no KeyboardInterrupt handler
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     time.sleep(3)
     p.send_signal(signal.SIGINT)
