@@ -24,7 +24,7 @@ from typing import Any
 
 from . import native, oci
 from .canonical import sha256_bytes, sha256_file
-from .errors import bad_request, unavailable
+from .errors import CkoError, bad_request, unavailable
 from .images import (
     ImageEntry,
     Recipe,
@@ -246,39 +246,44 @@ def ensure_wheels(
     salt = "".join(f"\0{w.name}:{sha256_file(w)}" for w in carried) if given else ""
     key = sha256_bytes(f"{python}\0{resolve}\0{text}{salt}".encode())[:24]
     wheels = cache_dir() / "wheels" / key
-    if given:  # a host with no package index (the lent GPU machine): wheels carried in
-        wheels.mkdir(parents=True, exist_ok=True)
-        for w in carried:
-            shutil.copy(w, wheels / w.name)
-    elif not (wheels / ".complete").exists():
+    if not (wheels / ".complete").exists():
         wheels.mkdir(parents=True, exist_ok=True)
         (wheels / "requirements.txt").write_text(text)
-        plat = [a for p in PLATFORMS for a in ("--platform", p)]
-        _run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--only-binary=:all:",
-                *([] if resolve else ["--no-deps"]),
-                "--python-version",
-                python,
-                "--implementation",
-                "cp",
-                *plat,
-                "-d",
-                str(wheels),
-                "-r",
-                str(wheels / "requirements.txt"),
-            ],
-            "pip download (wheelhouse)",
-            progress,
-        )
+        for w in carried:  # carried wheels first: pip takes them (--find-links) over the index's
+            shutil.copy(w, wheels / w.name)
+        try:
+            _run(_download_cmd(wheels, python, resolve, given), "pip download (wheelhouse)", progress)
+        except CkoError:
+            if not given:
+                raise
+            # a host with no package index (the lent GPU machine): the carried wheels are all there is
+            progress("no package index reachable: the carried wheelhouse is used as it is")
         (wheels / ".complete").write_text("")
     (wheels / "requirements.txt").write_text(text)
     return wheels, {p.name: sha256_file(p) for p in sorted(wheels.glob("*.whl"))}
+
+
+def _download_cmd(wheels: Path, python: str, resolve: bool, given: str | None) -> list[str]:
+    plat = [a for p in PLATFORMS for a in ("--platform", p)]
+    return [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--only-binary=:all:",
+        *([] if resolve else ["--no-deps"]),
+        *(["--find-links", given] if given else []),
+        "--python-version",
+        python,
+        "--implementation",
+        "cp",
+        *plat,
+        "-d",
+        str(wheels),
+        "-r",
+        str(wheels / "requirements.txt"),
+    ]
 
 
 def _in_container(
