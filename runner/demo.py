@@ -103,14 +103,17 @@ def run_demo(store_dir: Path, example: str, console: Console) -> dict[str, Any]:
 
         step("audit")
         adoc = audit(store, note)
-        (store.root / "audit.junit.xml").write_bytes(junit(adoc))
+        (store.report_path("audit.junit.xml")).write_bytes(junit(adoc))
         done("audit", {"answer": adoc["answer"], "holds": adoc["holds"], "summary": adoc["summary"]})
 
         step("report")
         data = gather(store)
-        (store.root / "report.html").write_text(html_report(store, data))
-        (store.root / "report.txt").write_text(text(data))
-        done("report", {"html": str(store.root / "report.html"), "text": str(store.root / "report.txt")})
+        (store.report_path("report.html")).write_text(html_report(store, data))
+        (store.report_path("report.txt")).write_text(text(data))
+        done(
+            "report",
+            {"html": str(store.report_path("report.html")), "text": str(store.report_path("report.txt"))},
+        )
     summary["seconds"] = round(time.monotonic() - t_start, 1)
     summary["target_outcome"] = tdoc["stage_outcome"]
     summary["cases"] = tdoc["cases"]

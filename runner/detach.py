@@ -58,7 +58,7 @@ def event(name: str, **data: Any) -> None:
 
 def op_dir(store: Store, op_id: str) -> Path:
     check_id(op_id, "ID")
-    return store.root / OPS_DIR / op_id
+    return store.kind_dir(OPS_DIR) / op_id
 
 
 def _with_json(argv: list[str]) -> list[str]:
@@ -183,7 +183,7 @@ def load(store: Store, op_id: str) -> dict[str, Any]:
 
 
 def list_ids(store: Store) -> list[str]:
-    root = store.root / OPS_DIR
+    root = store.kind_dir(OPS_DIR)
     return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 
 

@@ -130,7 +130,7 @@ class Events:
 
 
 def inv_dir(store: Store, inv_id: str) -> Path:
-    return store.root / "invocations" / inv_id
+    return store.invocation_dir(inv_id)
 
 
 def active_lock(store: Store, inv_id: str) -> FileLock:
@@ -289,7 +289,7 @@ def execute(
 ) -> Outcome:
     """Run one invocation to a terminal state and record it. Refusals are recorded and raised."""
     image_id: str | None = None
-    staging = store.root / "scratch" / new_id("stg")
+    staging = store.scratch(new_id("stg"))
 
     @contextlib.contextmanager
     def recording_refusals() -> Iterator[None]:
@@ -302,7 +302,7 @@ def execute(
             raise
 
     with recording_refusals():
-        adm = pol.admit(plan, staging=staging, owned=(store.root / "scratch",))
+        adm = pol.admit(plan, staging=staging, owned=(store.scratch(),))
     try:
         return _execute_admitted(store, adm, staging, progress, keep_outputs, recording_refusals)
     finally:
@@ -367,7 +367,7 @@ def _execute_admitted(
                     devices=[dv for dv in hg.devices if dv.uuid in uuids],
                     host=host_identity(),
                 )
-                out_dir, bounded = outdir.make(store.root / "scratch" / inv_id, req.user, adm.limits)
+                out_dir, bounded = outdir.make(store.scratch(inv_id), req.user, adm.limits)
                 if not bounded:
                     ev(
                         "output_unbounded",
@@ -539,7 +539,7 @@ def _stage_workers(
     spec.ipc_mode = "shareable"
     spec.shm_bytes = spec.limits.tmpfs_bytes
     spec.group_add = [w.gid for w in plan.workers]
-    return StageWorkers(spec, plan.workers, ctl, scratch=store.root / "scratch" / inv_id)
+    return StageWorkers(spec, plan.workers, ctl, scratch=store.scratch(inv_id))
 
 
 def _terminal(
@@ -564,7 +564,7 @@ def _terminal(
 def reap_orphans(store: Store, client: Any | None = None) -> list[str]:
     """Find invocations whose controller died: remove their containers, record `abandoned`."""
     reaped: list[str] = []
-    inv_root = store.root / "invocations"
+    inv_root = store.invocations_dir
     if client is None:
         try:
             client = img.docker_client()
@@ -606,7 +606,7 @@ def reap_orphans(store: Store, client: Any | None = None) -> list[str]:
             with store.writer():
                 _write_result(store, d.name, res)
             reaped.append(d.name)
-        outdir.release(store.root / "scratch" / d.name)
+        outdir.release(store.scratch(d.name))
     # Containers of invocations that already ended (or are unknown): remove.
     for inv, containers in by_inv.items():
         if inv and not (inv_root / inv / "result.json").exists() and active_lock(store, inv).is_held():

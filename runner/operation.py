@@ -48,7 +48,7 @@ def run_operation(
     if image == "cpu":  # a GPU host built without the cpu image parses in the cuda image instead
         image = os.environ.get("CKO_PARSE_IMAGE", "cpu")
     # cko's own staging, in the store's scratch: the only kind of path a container mounts.
-    staging = store.root / "scratch" / new_id("stg")
+    staging = store.scratch(new_id("stg"))
     staging.mkdir(parents=True, mode=0o700)
     try:
         mounts = list(extra_mounts or [])

@@ -31,10 +31,10 @@ from .verify import verify_store
 
 
 def _record_files(store: Store) -> list[Path]:
-    files = [p for k in RECORD_KINDS for p in sorted((store.root / k).glob("*.json"))]
-    files += sorted((store.root / "champion" / "selections").glob("*.json"))
+    files = [p for k in RECORD_KINDS for p in sorted(store.kind_dir(k).glob("*.json"))]
+    files += sorted(store.selections_dir.glob("*.json"))
     files += sorted(
-        p / "result.json" for p in (store.root / "invocations").iterdir() if (p / "result.json").exists()
+        p / "result.json" for p in store.invocations_dir.iterdir() if (p / "result.json").exists()
     )
     return files
 
@@ -57,7 +57,7 @@ def _ledger_tail(store: Store, actions: list[str]) -> None:
 
 def _quarantine(store: Store, actions: list[str]) -> None:
     ledgered = {str(e.get("path")) for e in store.ledger()}
-    qdir = store.root / "quarantine" / time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    qdir = store.quarantine_dir(time.strftime("%Y%m%dT%H%M%S", time.gmtime()))
     for p in _record_files(store):
         rel = str(p.relative_to(store.root))
         if rel in ledgered:
@@ -70,7 +70,7 @@ def _quarantine(store: Store, actions: list[str]) -> None:
 
 def _temps(store: Store, actions: list[str]) -> None:
     for sub in ("objects", *RECORD_KINDS, "champion", "invocations"):
-        for p in (store.root / sub).rglob(".tmp-*"):
+        for p in store.at(sub).rglob(".tmp-*"):
             if p.is_file() and not p.is_symlink():
                 p.unlink()
                 actions.append(f"{p.relative_to(store.root)}: interrupted write removed")
@@ -79,7 +79,7 @@ def _temps(store: Store, actions: list[str]) -> None:
 def _unstarted(store: Store, actions: list[str]) -> None:
     """An invocation directory with no request.json: its request write failed (a full disk); nothing
     was committed or run under it."""
-    for d in sorted((store.root / "invocations").iterdir()):
+    for d in sorted(store.invocations_dir.iterdir()):
         if d.is_dir() and not (d / "request.json").exists() and not active_lock(store, d.name).is_held():
             remove_tree(d)
             actions.append(f"invocations/{d.name}: never started (no request.json): removed")
@@ -92,7 +92,7 @@ def _champion(store: Store, actions: list[str]) -> None:
         path = str(e.get("path", ""))
         if not path.startswith("champion/selections/"):
             continue
-        sel = json.loads((store.root / path).read_bytes())
+        sel = json.loads(store.at(path).read_bytes())
         ptr_doc = json.loads(p.read_bytes()) if p.is_file() else None
         if ptr_doc and ptr_doc.get("selection", {}).get("id") == sel.get("id"):
             return
@@ -118,11 +118,11 @@ def _scratch(store: Store, actions: list[str]) -> None:
         if not (inv.startswith("inv-") and active_lock(store, inv).is_held()):
             outdir.release(m.parent)
             actions.append(f"scratch/{inv}: stale output area unmounted and removed")
-    scratch = store.root / "scratch"
+    scratch = store.scratch()
     for d in sorted(scratch.iterdir()) if scratch.is_dir() else []:
         if d.name.startswith("inv-") and active_lock(store, d.name).is_held():
             continue
-        if d.name.startswith("inv-") and not (store.root / "invocations" / d.name / "result.json").exists():
+        if d.name.startswith("inv-") and not (store.invocation_result(d.name)).exists():
             continue  # reap_orphans records it first
         remove_tree(d)
         actions.append(f"scratch/{d.name}: removed")

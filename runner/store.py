@@ -25,7 +25,7 @@ from .canonical import canonical_bytes, sha256_bytes, sha256_file
 from .errors import CkoError, Exit, bad_request, failed
 from .locks import FileLock
 
-RECORD_KINDS = ("targets", "variants", "experiments", "baselines", "evidence", "stackaudits")
+RECORD_KINDS = ("targets", "variants", "experiments", "baselines", "stackaudits")
 ID_RE = re.compile(r"^[a-z]{2,5}-[0-9]{8}T[0-9]{6}-[0-9a-f]{6,12}$")
 M = TypeVar("M", bound=BaseModel)
 
@@ -108,6 +108,55 @@ class Store:
         self._lock = FileLock(self.root / ".writer.lock")
         self._ledger_lock = FileLock(self.root / ".ledger.lock")
 
+    # -- layout: every path under the store is named here, nowhere else -----------------------
+    def at(self, rel: str) -> Path:
+        """A path the ledger names (relative to the root)."""
+        return self.root / rel
+
+    def kind_dir(self, kind: str) -> Path:
+        """The directory of one kind of immutable record (RECORD_KINDS, or a command's own kind)."""
+        return self.root / kind
+
+    @property
+    def invocations_dir(self) -> Path:
+        return self.root / "invocations"
+
+    def invocation_dir(self, inv_id: str) -> Path:
+        return self.invocations_dir / inv_id
+
+    def invocation_result(self, inv_id: str) -> Path:
+        return self.invocation_dir(inv_id) / "result.json"
+
+    def scratch(self, name: str | None = None) -> Path:
+        """Working space of running operations (never referenced by a record)."""
+        return self.root / "scratch" if name is None else self.root / "scratch" / name
+
+    @property
+    def objects_dir(self) -> Path:
+        return self.root / "objects" / "sha256"
+
+    @property
+    def pointers_dir(self) -> Path:
+        """The champion pointers, one per Target (the store's only mutable files)."""
+        return self.root / "champion"
+
+    def pointer_path(self, target_id: str) -> Path:
+        return self.pointers_dir / f"{target_id}.json"
+
+    @property
+    def selections_dir(self) -> Path:
+        return self.pointers_dir / "selections"
+
+    def selection_path(self, selection_id: str) -> Path:
+        return self.selections_dir / f"{selection_id}.json"
+
+    def quarantine_dir(self, stamp: str) -> Path:
+        return self.root / "quarantine" / stamp
+
+    def report_path(self, name: str) -> Path:
+        """Files a command writes for people beside the records (the demo's report and JUnit)."""
+        return self.root / name
+
     # -- ledger: every immutable record, hash-chained, so even an unreferenced one is checked --
     @property
     def ledger_path(self) -> Path:
@@ -146,7 +195,7 @@ class Store:
 
     # -- objects ---------------------------------------------------------------------------
     def object_path(self, digest: str) -> Path:
-        return self.root / "objects" / "sha256" / digest[:2] / digest
+        return self.objects_dir / digest[:2] / digest
 
     def put_bytes(self, data: bytes) -> dict[str, Any]:
         digest = sha256_bytes(data)
@@ -193,7 +242,7 @@ class Store:
         if kind not in RECORD_KINDS:
             raise ValueError(kind)
         check_id(record_id)
-        return self.root / kind / f"{record_id}.json"
+        return self.kind_dir(kind) / f"{record_id}.json"
 
     def put_record(self, kind: str, record_id: str, model: BaseModel) -> dict[str, str]:
         data = canonical_bytes(model)
@@ -222,12 +271,12 @@ class Store:
         return model, {"id": record_id, "sha256": digest}
 
     def list_records(self, kind: str) -> list[str]:
-        return sorted(p.stem for p in (self.root / kind).glob("*.json") if ID_RE.match(p.stem))
+        return sorted(p.stem for p in self.kind_dir(kind).glob("*.json") if ID_RE.match(p.stem))
 
     # -- champion pointer (the one mutable file) -------------------------------------------
     @property
     def champion_path(self) -> Path:
-        return self.root / "champion" / "current.json"
+        return self.pointers_dir / "current.json"
 
     def champion_digest(self) -> str | None:
         p = self.champion_path

@@ -16,7 +16,6 @@ PREFIX_KIND = {
     "exp": "experiments",
     "bas": "baselines",
     "sta": "stackaudits",
-    "evd": "evidence",
     "inv": "invocations",
     "sel": "selections",
 }
@@ -27,10 +26,10 @@ def ref_path(store: Store, ref_id: str) -> Path | None:
     if kind is None:
         return None
     if kind == "invocations":
-        return store.root / "invocations" / ref_id / "result.json"
+        return store.invocation_result(ref_id)
     if kind == "selections":
-        return store.root / "champion" / "selections" / f"{ref_id}.json"
-    return store.root / kind / f"{ref_id}.json"
+        return store.selection_path(ref_id)
+    return store.kind_dir(kind) / f"{ref_id}.json"
 
 
 def _walk_refs(obj: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
@@ -62,7 +61,7 @@ def verify_store(store: Store) -> dict[str, Any]:
             }
         )
 
-    for p in sorted((store.root / "objects" / "sha256").rglob("*")):
+    for p in sorted(store.objects_dir.rglob("*")):
         if not p.is_file():
             continue
         if p.name.startswith(".tmp-"):
@@ -72,12 +71,12 @@ def verify_store(store: Store) -> dict[str, Any]:
             bad(p, "altered object: content does not match its name")
     docs: list[tuple[Path, Any]] = []
     for kind in RECORD_KINDS:
-        for p in sorted((store.root / kind).glob("*.json")):
+        for p in sorted(store.kind_dir(kind).glob("*.json")):
             docs.append((p, None))
-    docs += [(p, None) for p in sorted((store.root / "champion" / "selections").glob("*.json"))]
+    docs += [(p, None) for p in sorted(store.selections_dir.glob("*.json"))]
     # the champion pointers (one per Target; current.json in stores from before pointers per Target)
-    docs += [(p, None) for p in sorted((store.root / "champion").glob("*.json"))]
-    for d in sorted((store.root / "invocations").iterdir()) if (store.root / "invocations").is_dir() else []:
+    docs += [(p, None) for p in sorted(store.pointers_dir.glob("*.json"))]
+    for d in sorted(store.invocations_dir.iterdir()) if store.invocations_dir.is_dir() else []:
         checked["invocations"] += 1
         res = d / "result.json"
         if not (d / "request.json").exists():
@@ -101,7 +100,7 @@ def verify_store(store: Store) -> dict[str, Any]:
         prev = sha256_bytes(raw)
         rel = str(entry.get("path"))
         ledgered.add(rel)
-        fp = store.root / rel
+        fp = store.at(rel)
         if not fp.is_file():
             bad(rel, "missing: listed in the ledger")
         elif sha256_file(fp) != entry.get("sha256"):
@@ -115,9 +114,7 @@ def verify_store(store: Store) -> dict[str, Any]:
         bad("champion/current.json", text)
     for p, _ in docs:
         rel = str(p.relative_to(store.root))
-        if (
-            p.parent != store.root / "champion" and rel not in ledgered
-        ):  # request.json is covered by result.json
+        if p.parent != store.pointers_dir and rel not in ledgered:  # request.json is covered by result.json
             bad(p, "not in the ledger (written outside cko, or the ledger was truncated)")
         checked["records"] += 1
         try:
@@ -179,7 +176,7 @@ def champion_problems(store: Store) -> list[str]:
         path = str(line.get("path", ""))
         if path.startswith("champion/selections/"):
             try:
-                doc = json.loads((store.root / path).read_bytes())
+                doc = json.loads(store.at(path).read_bytes())
             except (OSError, ValueError):
                 continue
             if doc.get("target") == ptr.get("target"):

@@ -45,7 +45,7 @@ def _read(path: Path) -> dict[str, Any]:
 
 def _record_items(st: Store, kind: str) -> list[dict[str, Any]]:
     out = []
-    for p in sorted((st.root / kind).glob("*.json")):
+    for p in sorted(st.kind_dir(kind).glob("*.json")):
         r = _read(p)
         tgt = r.get("target")
         item = {
@@ -78,7 +78,7 @@ def _record_items(st: Store, kind: str) -> list[dict[str, Any]]:
 
 def _invocation_items(st: Store) -> list[dict[str, Any]]:
     out = []
-    root = st.root / "invocations"
+    root = st.invocations_dir
     for d in sorted(root.iterdir()) if root.is_dir() else []:
         req, res = _read(d / "request.json"), _read(d / "result.json")
         parent = req.get("parent") or {}
@@ -128,7 +128,7 @@ def list_items(st: Store, kinds: list[str]) -> list[dict[str, Any]]:
             items += _invocation_items(st)
         elif k == "operations":
             items += _operation_items(st)
-        elif (st.root / k).is_dir():
+        elif st.kind_dir(k).is_dir():
             items += _record_items(st, k)
     return items
 

@@ -248,7 +248,7 @@ def check_bundle(store: Store, s: Submission, done: Done) -> list[str]:
 
 
 def materialise_outputs(store: Store, res: InvocationResult) -> Path:
-    out = store.root / "scratch" / res.id / "out"
+    out = store.scratch(res.id) / "out"
     out.mkdir(parents=True)
     for ref in res.outputs:
         rel = Path(ref.name or ref.sha256)

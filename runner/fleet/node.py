@@ -182,7 +182,7 @@ def object_refs(res: InvocationResult) -> list[ObjectRef]:
 
 
 def _find_request(store: Store) -> str | None:
-    root = store.root / "invocations"
+    root = store.invocations_dir
     for d in sorted(root.iterdir()) if root.is_dir() else []:
         if (d / "request.json").is_file():
             return d.name

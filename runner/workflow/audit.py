@@ -109,9 +109,7 @@ def _audit_target(
     assert ptr is not None
     if ptr.variant is None:
         return [_check(f"champion of {tid}", "holds", "original", "the champion is the original (restored)")]
-    sel = Selection.model_validate_json(
-        (store.root / "champion" / "selections" / f"{ptr.selection.id}.json").read_bytes()
-    )
+    sel = Selection.model_validate_json((store.selection_path(ptr.selection.id)).read_bytes())
     recorded = None
     if sel.experiment is not None:
         recorded, _ = store.get_record(

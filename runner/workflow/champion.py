@@ -24,11 +24,11 @@ from .verdicts import Reason
 
 
 def pointer_path(store: Store, tid: str) -> Path:
-    return store.root / "champion" / f"{check_id(tid, 'target')}.json"
+    return store.pointer_path(check_id(tid, "target"))
 
 
 def pointer_targets(store: Store) -> list[str]:
-    return sorted(p.stem for p in (store.root / "champion").glob("*.json") if ID_RE.match(p.stem))
+    return sorted(p.stem for p in store.pointers_dir.glob("*.json") if ID_RE.match(p.stem))
 
 
 def _load_pointer(store: Store, tid: str) -> ChampionPointer | None:
@@ -63,20 +63,20 @@ def pointer_problems(store: Store, tid: str) -> list[str]:
         return []
     out = [] if ptr.target.id == tid else [f"it names target {ptr.target.id}, not {tid}"]
     checks = [
-        (store.root / "targets" / f"{ptr.target.id}.json", ptr.target, "target"),
-        (store.root / "champion" / "selections" / f"{ptr.selection.id}.json", ptr.selection, "selection"),
+        (store.record_path("targets", ptr.target.id), ptr.target, "target"),
+        (store.selection_path(ptr.selection.id), ptr.selection, "selection"),
     ]
     if ptr.variant is not None:
-        checks.append((store.root / "variants" / f"{ptr.variant.id}.json", ptr.variant, "variant"))
+        checks.append((store.record_path("variants", ptr.variant.id), ptr.variant, "variant"))
     out += [m for path, ref, what in checks if (m := _same(store, path, ref, what))]
     if out:
         return out
     if ptr.variant is not None:
-        v = Variant.model_validate_json((store.root / "variants" / f"{ptr.variant.id}.json").read_bytes())
+        v = Variant.model_validate_json((store.record_path("variants", ptr.variant.id)).read_bytes())
         if v.snapshot.sha256 != ptr.snapshot:
             out.append(f"its snapshot {ptr.snapshot[:16]} is not its variant's")
     else:
-        t = Target.model_validate_json((store.root / "targets" / f"{ptr.target.id}.json").read_bytes())
+        t = Target.model_validate_json((store.record_path("targets", ptr.target.id)).read_bytes())
         if t.original is None or t.original.sha256 != ptr.snapshot:
             out.append(f"its snapshot {ptr.snapshot[:16]} is not the original's")
     return out
@@ -111,7 +111,7 @@ def swap(store: Store, tid: str, expected: str | None, ptr: ChampionPointer) -> 
 
 def _commit_selection(store: Store, sel: Selection, expected: str | None) -> dict[str, Any]:
     data = canonical_bytes(sel)
-    store.commit_file(store.root / "champion" / "selections" / f"{sel.id}.json", data)
+    store.commit_file(store.selection_path(sel.id), data)
     ptr = ChampionPointer(
         target=sel.target,
         selection=Ref(id=sel.id, sha256=sha256_bytes(data)),
@@ -131,7 +131,7 @@ def _ledger_problem(store: Store, kind: str, rid: str) -> str | None:
     entries = [x for x in store.ledger() if x.get("path") == rel]
     if not entries:
         return f"{rel} is not in the store's ledger (written outside cko)"
-    if entries[-1].get("sha256") != sha256_file(store.root / rel):
+    if entries[-1].get("sha256") != sha256_file(store.at(rel)):
         return f"{rel} does not match its ledger entry (edited after it was written)"
     return None
 
@@ -340,7 +340,7 @@ def show(store: Store, target_id: str | None = None) -> dict[str, Any]:
         if ptr is not None:
             champions[tid] = {"pointer": ptr.model_dump(mode="json"), "pointer_sha256": digest}
     history = []
-    for f in sorted((store.root / "champion" / "selections").glob("*.json")):
+    for f in sorted(store.selections_dir.glob("*.json")):
         s = Selection.model_validate_json(f.read_bytes())
         if target_id and s.target.id != target_id:
             continue

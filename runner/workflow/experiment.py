@@ -284,11 +284,11 @@ def falsifier_doc(store: Store, req: ExperimentRequest) -> dict[str, Any] | None
     if f.result is None:
         return doc
     check_id(f.result, "cheapest_falsifier.result")
-    for kind in ("experiments", "evidence", "variants", "baselines", "targets"):
-        path = store.root / kind / f"{f.result}.json"
+    for kind in ("experiments", "variants", "baselines", "targets"):
+        path = store.record_path(kind, f.result)
         if path.is_file():
             return doc | {"result_ref": {"kind": kind[:-1], "id": f.result, "sha256": sha256_file(path)}}
-    inv = store.root / "invocations" / f.result / "result.json"
+    inv = store.invocation_result(f.result)
     if inv.is_file():
         return doc | {"result_ref": {"kind": "invocation", "id": f.result, "sha256": sha256_file(inv)}}
     raise bad_request(

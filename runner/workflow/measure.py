@@ -211,7 +211,7 @@ def run_measurement(
             field="target",
         )
     trusted = target.driver.kind == "harness_trusted"
-    scratch = store.root / "scratch" / new_id("mea")
+    scratch = store.scratch(new_id("mea"))
     try:
         req = _driver_request(target, subjects, schedule, mode, seed, warmup, trusted)
         mounts, launches = _mounts(store, target, subjects, scratch, req, keep, worker_env or {})
@@ -317,4 +317,4 @@ def ran_on(ref: Ref, outcome: Outcome) -> RanOn:
 def _result_sha(store: Store, inv_id: str) -> str:
     from ..canonical import sha256_file
 
-    return sha256_file(store.root / "invocations" / inv_id / "result.json")
+    return sha256_file(store.invocation_result(inv_id))

@@ -234,7 +234,7 @@ def collected_reports(store: Store, collections: list[str]) -> list[ObjectRef]:
     for i, inv_id in enumerate(collections):
         field = f"collections[{i}]"
         check_id(inv_id, field)
-        path = store.root / "invocations" / inv_id / "result.json"
+        path = store.invocation_result(inv_id)
         if not path.is_file():
             raise bad_request(f"{field}: no invocation {inv_id} in this store", field=field)
         res = InvocationResult.model_validate_json(path.read_bytes())

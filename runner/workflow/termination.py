@@ -65,7 +65,7 @@ def record_stop(store: Store, reason: str, target: str | None, by: str | None) -
         id=rid, created_at=now(), reason=reason, by=by, scope="target" if target else "store", targets=states
     )
     with store.writer():
-        digest = store.commit_file(store.root / KIND_DIR / f"{rid}.json", canonical_bytes(rec))
+        digest = store.commit_file(store.kind_dir(KIND_DIR) / f"{rid}.json", canonical_bytes(rec))
     return {
         "termination": {"id": rid, "sha256": digest},
         "target": target,
@@ -75,7 +75,7 @@ def record_stop(store: Store, reason: str, target: str | None, by: str | None) -
 
 
 def terminations(store: Store) -> list[Termination]:
-    d = store.root / KIND_DIR
+    d = store.kind_dir(KIND_DIR)
     out = []
     for p in sorted(d.glob("*.json")) if d.is_dir() else []:
         out.append(Termination.model_validate_json(p.read_bytes()))
