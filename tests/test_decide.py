@@ -220,17 +220,17 @@ def test_tick_quantised_load_is_pooled_so_a_short_arm_does_not_read_unbalanced()
 
 def test_pooled_load_still_catches_load_that_follows_one_arm() -> None:
     rng = np.random.default_rng(12)
-    sp = StatsPlan(target_pairs=60, bootstrap_resamples=300)
+    sp = StatsPlan(target_pairs=60, bootstrap_resamples=200)
     caught = 0
-    for seed in range(40):
+    for seed in range(20):
         ref, cand = aa_samples(rng, 60)
         load = _ticked(rng, 60, (50_000_000, 50_000_000), 0.6)
         d = decide(
             result({"time": ref}, {"time": cand}), plan(sp, seed=seed), Telemetry(host_cpus=2, samples=load)
         )
         caught += "load_unbalanced:cpu" in d.codes and d.load[0].basis == "pooled"
-    print(f"0.6 cores following the candidate, 50 ms blocks: caught {caught}/40")
-    assert caught >= 38
+    print(f"0.6 cores following the candidate, 50 ms blocks: caught {caught}/20")
+    assert caught >= 19
 
 
 def test_load_above_the_ceiling_voids_per_sample_and_per_window() -> None:
