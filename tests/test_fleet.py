@@ -628,7 +628,7 @@ def test_readiness_baseline_and_screen_run_on_the_fleet(cluster: Cluster, tmp_pa
     _on_the_fleet(ran_on, exp["invocation"], nodes, cluster, store)
     assert e.json["ran_on"] == exp["ran_on"]
     case = exp["cases"][0]  # the plan's 8 screen pairs, less any a pre-declared rule excluded (counted)
-    assert exp["identity_mismatch"] == [] and case["pairs"] + case["excluded"] == 8, case
+    assert exp["identity_mismatch"] == [] and case["pairs"] + case["excluded_pairs"] == 8, case
 
     # The same screen on this host: the same kind of verdict, and the record says it ran locally.
     local = run_cko(*screen, "--json", store=store, env=cluster.env, timeout=300)
