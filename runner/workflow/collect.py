@@ -49,6 +49,7 @@ class CollectRun:
     tool: str
     driver: DriverCommand
     report: str
+    op: str  # the operation that parses the report
     env: dict[str, str] = field(default_factory=dict)
     counters: bool = False
     warmup: int = 0
@@ -206,6 +207,25 @@ def _bound(m: Measured, req: CollectRequest, snap: Snapshot, name: str, data: by
     }
 
 
+def _parsed_and_bound(
+    store: Store,
+    t: Target,
+    m: Measured,
+    req: CollectRequest,
+    snap: Snapshot,
+    run: CollectRun,
+    data: bytes,
+    tool_version: str | None,
+    parse_memory: str,
+    policy_path: str | None,
+) -> tuple[dict[str, Any], int]:
+    """The answer of every collector: the report's binding and its facts, parsed by `run.op`."""
+    parsed, code = _parse(
+        store, t, m, (req.subject, snap), run.op, data, tool_version, parse_memory, policy_path
+    )
+    return _bound(m, req, snap, run.report, data) | parsed, code
+
+
 def collect_ncu(
     store: Store,
     req: CollectRequest,
@@ -222,7 +242,7 @@ def collect_ncu(
         if a.startswith("--log-file") or a in ("-o", "--export"):
             raise bad_request(f"ncu_args: {a} is set by cko", field="ncu_args")
     wrapped = t.driver.model_copy(update={"command": [*NCU_BASE, *req.ncu_args, *t.driver.command]})
-    run = CollectRun(tool="ncu", driver=wrapped, report=NCU_REPORT, counters=True, warmup=0)
+    run = CollectRun(tool="ncu", driver=wrapped, report=NCU_REPORT, op="profile-ncu", counters=True, warmup=0)
     m, snap, data = _collect(store, t, tref, req, run, progress, policy_path)
     if b"ERR_NVGPUCTRPERM" in data:
         from ..policy import counters_refusal
@@ -231,10 +251,7 @@ def collect_ncu(
         err.detail = {"collection": m.invocation.model_dump()}
         raise err
     tools = (m.identity.tools if m.identity else {}) or {}
-    parsed, code = _parse(
-        store, t, m, (req.subject, snap), "profile-ncu", data, tools.get("ncu"), parse_memory, policy_path
-    )
-    return _bound(m, req, snap, NCU_REPORT, data) | parsed, code
+    return _parsed_and_bound(store, t, m, req, snap, run, data, tools.get("ncu"), parse_memory, policy_path)
 
 
 def collect_torch(
@@ -252,14 +269,12 @@ def collect_torch(
         tool="torch.profiler",
         driver=t.driver,
         report=TORCH_REPORT,
+        op="profile-torch",
         env={TORCH_PROFILE_ENV: f"/cko/out/{TORCH_REPORT}"},
         warmup=1,  # compilation and caches settle before the profiled block
     )
     m, snap, data = _collect(store, t, tref, req, run, progress, policy_path)
-    parsed, code = _parse(
-        store, t, m, (req.subject, snap), "profile-torch", data, None, parse_memory, policy_path
-    )
-    return _bound(m, req, snap, TORCH_REPORT, data) | parsed, code
+    return _parsed_and_bound(store, t, m, req, snap, run, data, None, parse_memory, policy_path)
 
 
 def collect_nsys(
@@ -287,12 +302,9 @@ def collect_nsys(
             field="target",
         )
     wrapped = t.driver.model_copy(update={"command": [*NSYS_BASE, *t.driver.command]})
-    run = CollectRun(tool="nsys", driver=wrapped, report=NSYS_REPORT, warmup=1)
+    run = CollectRun(tool="nsys", driver=wrapped, report=NSYS_REPORT, op="profile-nsys", warmup=1)
     m, snap, data = _collect(store, t, tref, req, run, progress, policy_path)
-    parsed, code = _parse(
-        store, t, m, (req.subject, snap), "profile-nsys", data, tools.get("nsys"), parse_memory, policy_path
-    )
-    return _bound(m, req, snap, NSYS_REPORT, data) | parsed, code
+    return _parsed_and_bound(store, t, m, req, snap, run, data, tools.get("nsys"), parse_memory, policy_path)
 
 
 def binding_args(store: Store, target_id: str | None) -> list[str]:
