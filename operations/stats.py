@@ -371,13 +371,16 @@ def _order(n: int, confidence: float) -> tuple[int, float | None]:
     return k, float(1.0 - 2.0 * binom.cdf(k - 1, n, 0.5))
 
 
-def _bootstrap_ci(d: np.ndarray, confidence: float, seed: int, resamples: int) -> tuple[float, float]:
-    if np.all(d == d[0]):
-        return float(d[0]), float(d[0])  # every resample has this median
-    batch = max(1, min(resamples, _BATCH_ELEMENTS // d.size))
+def percentile_bootstrap(
+    samples: tuple[np.ndarray, ...], statistic: Any, confidence: float, seed: int, resamples: int
+) -> tuple[float, float]:
+    """Seeded, vectorised percentile bootstrap of `statistic` over independent `samples`, in batches
+    bounded by _BATCH_ELEMENTS (the one place the paired and the two-sample intervals draw)."""
+    batch = max(1, min(resamples, _BATCH_ELEMENTS // sum(x.size for x in samples)))
     res = scipy.stats.bootstrap(
-        (d,),
-        np.median,
+        samples,
+        statistic,
+        paired=False,
         n_resamples=resamples,
         batch=batch,
         vectorized=True,
@@ -386,6 +389,12 @@ def _bootstrap_ci(d: np.ndarray, confidence: float, seed: int, resamples: int) -
         **{_SEED_KW: np.random.default_rng(seed)},
     )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def _bootstrap_ci(d: np.ndarray, confidence: float, seed: int, resamples: int) -> tuple[float, float]:
+    if np.all(d == d[0]):
+        return float(d[0]), float(d[0])  # every resample has this median
+    return percentile_bootstrap((d,), np.median, confidence, seed, resamples)
 
 
 def _wilcoxon_p(d: np.ndarray) -> float:

@@ -38,8 +38,6 @@ import numpy as np
 import scipy.stats
 
 from .stats import (
-    _BATCH_ELEMENTS,
-    _SEED_KW,
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
     MIN_RESAMPLES,
@@ -53,6 +51,7 @@ from .stats import (
     _Model,
     _pct,
     _versions,
+    percentile_bootstrap,
 )
 
 StackVerdict = Literal["faster", "slower", "no_difference", "inconclusive"]
@@ -151,19 +150,7 @@ def _bootstrap(
     def stat(xs: np.ndarray, ys: np.ndarray, axis: int = -1) -> Any:
         return np.median(ys, axis=axis) - np.median(xs, axis=axis)
 
-    batch = max(1, min(resamples, _BATCH_ELEMENTS // (x.size + y.size)))
-    res = scipy.stats.bootstrap(
-        (x, y),
-        stat,
-        paired=False,
-        n_resamples=resamples,
-        batch=batch,
-        vectorized=True,
-        method="percentile",
-        confidence_level=confidence,
-        **{_SEED_KW: np.random.default_rng(seed)},
-    )
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return percentile_bootstrap((x, y), stat, confidence, seed, resamples)
 
 
 def _rank_interval(
