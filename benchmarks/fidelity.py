@@ -9,6 +9,8 @@ For pairs of subjects (an original and a faster candidate, or an identical contr
   flushed outside the window, one run per block) and `hot` mode (back-to-back runs, the block sized
   to at least ~1 ms, per-run time = block / runs), with the collector off inside each block as the
   worker does; the median of --blocks blocks;
+* cko in `graph` mode: the block's runs captured once as a CUDA graph (outside the window, as the
+  worker does per block) and one replay timed: the CPU's launch cost drops out of the window;
 * do_bench: `triton.testing.do_bench(..., return_mode="median")`;
 * ncu: the same calls in a child process under `ncu --clock-control none --metrics
   gpu__time_duration.sum --nvtx --print-nvtx-rename kernel`, each call in its own NVTX range, the
@@ -108,6 +110,15 @@ def _triton_softmax() -> Callable[[Any], Any]:
     return run
 
 
+def _block(clock: Any, fn: Callable[[], Any], runs: int, mode: str) -> tuple[Callable[[], Any], int]:
+    """(what one block's window runs, runs in it): graph mode captures the runs once, as the worker
+    does per block, and the window replays them."""
+    if mode != "graph":
+        return fn, runs
+    replay, _ = clock.capture(fn, runs)
+    return replay, 1
+
+
 def cko_time(fn: Callable[[], Any], mode: str, blocks: int) -> float:
     """Median per-run ms over `blocks` blocks of the worker's clock, as the worker times them."""
     from operations.timing import TorchCuda
@@ -117,21 +128,22 @@ def cko_time(fn: Callable[[], Any], mode: str, blocks: int) -> float:
         fn()
     clock.sync()
     runs = 1
-    if mode == "hot":  # double the block until it lasts HOT_BLOCK_S: a one-run block carries the
-        # window's fixed ~100-150 us (synchronise, events), so sizing from it leaves blocks too short
+    if mode in ("hot", "graph"):  # double the block until it lasts HOT_BLOCK_S: a one-run block carries
+        # the window's fixed ~100-150 us (synchronise, events), so sizing from it leaves blocks too short
         while runs < 1 << 16:
-            _, t_ns, _ = clock.time_block(fn, runs, "hot")
+            _, t_ns, _ = clock.time_block(*_block(clock, fn, runs, mode), mode)
             if t_ns * 1e-9 >= HOT_BLOCK_S:
                 break
             runs *= 2
     out = []
     for _ in range(blocks):
         gc.collect()
+        body, n = _block(clock, fn, runs, mode)  # graph: captured outside the window, as in the worker
         if mode == "cold":
             clock.flush_l2()
         gc.disable()
         try:
-            _, t_ns, _ = clock.time_block(fn, runs, mode)
+            _, t_ns, _ = clock.time_block(body, n, mode)
         finally:
             gc.enable()
         out.append(t_ns / runs / 1e6)
@@ -227,6 +239,7 @@ def measure(blocks: int) -> dict[str, dict[str, dict[str, float]]]:
             rows[name][which] = {
                 "cold": cko_time(fn, "cold", blocks),
                 "hot": cko_time(fn, "hot", blocks),
+                "graph": cko_time(fn, "graph", blocks),
                 "do_bench": bench_time(fn),
             }
         print(f"measured {name}", file=sys.stderr, flush=True)
@@ -238,18 +251,23 @@ def report(
 ) -> None:
     doc = []
     print(
-        f"{'pair':34} {'orig us (ncu)':>13} {'g ncu':>7} {'g do_bench':>10} {'g cold':>7} {'r cold':>6} {'g hot':>7} {'r hot':>6}"
+        f"{'pair':34} {'orig us (ncu)':>13} {'g ncu':>7} {'g do_bench':>10} {'g cold':>7} {'r cold':>6} {'g hot':>7} {'r hot':>6} {'g graph':>7} {'r graph':>7}"
     )
     for name, r in rows.items():
         o, c = r["original"], r["candidate"]
         n_o, n_c = ncu.get((name, "original")), ncu.get((name, "candidate"))
         g_ncu, g_db = gain(n_o, n_c), gain(o["do_bench"], c["do_bench"])
-        g_cold, g_hot = gain(o["cold"], c["cold"]), gain(o["hot"], c["hot"])
+        g_cold, g_hot, g_graph = (
+            gain(o["cold"], c["cold"]),
+            gain(o["hot"], c["hot"]),
+            gain(o["graph"], c["graph"]),
+        )
         ref = g_ncu if g_ncu is not None else g_db
         line = {
             "pair": name, "original_ms": o, "candidate_ms": c, "ncu_ms": [n_o, n_c],
-            "gain": {"ncu": g_ncu, "do_bench": g_db, "cold": g_cold, "hot": g_hot},
-            "ratio": {"cold": ratio(g_cold, ref), "hot": ratio(g_hot, ref), "do_bench": ratio(g_db, ref)},
+            "gain": {"ncu": g_ncu, "do_bench": g_db, "cold": g_cold, "hot": g_hot, "graph": g_graph},
+            "ratio": {"cold": ratio(g_cold, ref), "hot": ratio(g_hot, ref), "graph": ratio(g_graph, ref),
+                      "do_bench": ratio(g_db, ref)},
         }  # fmt: skip
         doc.append(line)
 
@@ -258,7 +276,8 @@ def report(
 
         print(
             f"{name:34} {f(n_o * 1e3 if n_o else None, '13.1f')} {f(g_ncu, '+7.1%')} {f(g_db, '+10.1%')} "
-            f"{f(g_cold, '+7.1%')} {f(line['ratio']['cold'], '6.2f')} {f(g_hot, '+7.1%')} {f(line['ratio']['hot'], '6.2f')}"
+            f"{f(g_cold, '+7.1%')} {f(line['ratio']['cold'], '6.2f')} {f(g_hot, '+7.1%')} {f(line['ratio']['hot'], '6.2f')} "
+            f"{f(g_graph, '+7.1%')} {f(line['ratio']['graph'], '7.2f')}"
         )
     if out is not None:
         out.write_text(json.dumps(doc, indent=1))

@@ -85,7 +85,7 @@ class DriverRequest(Closed):
     runs_per_sample: int = Field(
         default=1, ge=1, le=1_000_000, description="back-to-back runs in one timed block"
     )
-    timing_mode: Literal["cold", "hot"] = "cold"
+    timing_mode: Literal["cold", "hot", "graph"] = "cold"
     command_timeout_s: float = Field(default=300.0, gt=0, description="one worker command (a block, a fetch)")
 
     @model_validator(mode="after")
@@ -104,6 +104,8 @@ class DriverRequest(Closed):
             if key in seen:
                 raise ValueError(f"schedule[{i}] repeats {key}")
             seen.add(key)
+        if self.timing_mode == "graph" and (self.device != "cuda" or not self.workers):
+            raise ValueError("timing_mode graph needs device cuda and the worker boundary (workers)")
         if self.workers:
             slots = {w.subject for w in self.workers}
             if slots != subjects or len(slots) != len(self.workers):
@@ -150,6 +152,9 @@ class Series(Closed):
     void: list[str] = Field(default_factory=list)  # "" or why this rep's sample is void (its pair is dropped)
     runs: int = 1  # back-to-back runs per sample; samples are per run
     timing_mode: str = "cold"
+    # graph mode: per rep, the worker's capture of the block's graph (the subject's CPU launch cost,
+    # untimed by design: it is what graph replay takes out of a us-scale subject's time)
+    capture_ns: list[int] = Field(default_factory=list)
 
 
 class DriverResult(Closed):

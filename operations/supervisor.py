@@ -43,6 +43,7 @@ from .protocol import (
 from .timing import SmClock
 from .wire import (
     WORKER_MSG,
+    Capture,
     CtlReply,
     CtlRequest,
     Drop,
@@ -358,6 +359,7 @@ class SeriesState:
     sm: list[list[int | None]] = field(default_factory=list)
     post: list[int] = field(default_factory=list)  # CPU ns of the fetch or drop after each block
     post_kind: list[str] = field(default_factory=list)
+    capture: list[int] = field(default_factory=list)
     unexplained: list[bool] = field(default_factory=list)
     descheduled: int = 0
     foreign_cpu: list[float] = field(default_factory=list)
@@ -386,6 +388,10 @@ class Supervisor:
         self.reference = reference
         self.extra = extra
         self.input_seed = input_seed
+        # Mixed into every input seed: a subject that knows the request's seed (its author wrote it)
+        # still cannot know the inputs before its block, so nothing it computes ahead can be the
+        # answer. The seeds used are recorded per series (Accuracy.input_seeds) for a replay.
+        self.salt = secrets.randbits(62)
         self.cases = {c.id: c for c in req.cases}
         self.case_index = {c.id: i for i, c in enumerate(req.cases)}
         self.integrity: list[str] = []
@@ -455,7 +461,7 @@ class Supervisor:
     # -- inputs --------------------------------------------------------------------------------
 
     def inputs_for(self, case: str, rep: int, warm: bool = False) -> tuple[Any, int]:
-        seed = self.input_seed(self.req.seed, self.case_index[case], rep, warm)
+        seed = self.input_seed(self.req.seed ^ self.salt, self.case_index[case], rep, warm)
         key = (case, -1 - rep if warm else rep)
         if key not in self.pristine:
             value = self.make_inputs(self.cases[case].params, np.random.default_rng(seed), self.req.device)
@@ -516,6 +522,8 @@ class Supervisor:
             self.warm(w, item.case)
             self.warmed.add(key)
         value, seed = self.inputs_for(item.case, item.rep)
+        if self.req.timing_mode == "graph":
+            self.capture(w, item)
         if self.active is not None:
             self.freeze_all()  # the worker about to be timed is frozen while its inputs are written
         inputs_dir = self.stage_copy(w, value) if self.req.device != "cuda" else None
@@ -573,6 +581,26 @@ class Supervisor:
         st.post_kind.append("fetch" if checked else "drop")
         if inputs_dir is not None:
             self.drop_old_copies(w, None)
+
+    def capture(self, w: WorkerConn, item: ScheduleItem) -> None:
+        """graph mode: the block's CUDA graph, captured on decoy inputs (wire.Capture) while only this
+        worker runs, before the block's real inputs exist in it. Its time is the subject's launch
+        cost: recorded apart (Series.capture_ns), never a sample."""
+        self.activate(item.subject)
+        cmd = Capture(
+            case=item.case,
+            params=self.cases[item.case].params,
+            seed=secrets.randbits(62),
+            runs=self.req.runs_per_sample,
+        )
+        reply = w.call(cmd, self.req.command_timeout_s)
+        self.freeze_all()
+        if not reply.ok:
+            raise SupervisorError(
+                "subject_failed",
+                f"subject {item.subject} failed on {item.case} rep {item.rep}: {reply.error}",
+            )
+        self.per.setdefault((item.subject, item.case), SeriesState()).capture.append(reply.stage_ns or 0)
 
     def record(
         self,
@@ -750,6 +778,7 @@ class Supervisor:
                     throttle=st.throttle if self.req.device == "cuda" else [],
                     runs=self.req.runs_per_sample,
                     timing_mode=self.req.timing_mode,
+                    capture_ns=st.capture,
                 )
             )
         return out

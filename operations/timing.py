@@ -3,8 +3,12 @@
 A block is `runs` back-to-back runs of the subject on one set of inputs. In `cold` mode on a GPU
 the L2 cache is flushed before the block (a write of a buffer larger than L2, outside the
 window), so the first run reads from memory as a cold-cache call would; in `hot` mode the runs
-follow each other with nothing between them (do_bench / nvbench batch). On a GPU the window ends
-only after a whole-device synchronise, so work a subject left on another stream lands inside it.
+follow each other with nothing between them (do_bench / nvbench batch); in `graph` mode (CUDA through
+torch only) the block's runs are captured once into a CUDA graph, outside the window, and the window
+times one replay of it: the CPU's launch cost, which an events clock reads as GPU time on a
+us-scale subject, is paid at capture and not timed (tests/gpu/README.md, fidelity). On a GPU the
+window ends only after a whole-device synchronise, so work a subject left on another stream lands
+inside it.
 
 These times are the worker's claims: the supervisor bounds every block with its own clock.
 """
@@ -17,12 +21,21 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 TIMERS = ("auto", "torch", "cupy")
+MODES = ("cold", "hot", "graph")
 B = TypeVar("B")
 L2_FLUSH_BYTES = 256 << 20  # larger than any current GPU's L2 (H200: 60 MB)
 
 
+class GraphUnsupported(RuntimeError):
+    """This clock cannot capture a CUDA graph (graph mode needs CUDA timed through torch)."""
+
+
 class Backend:
     name = "perf_counter_ns"
+
+    def capture(self, fn: Callable[[], Any], runs: int) -> tuple[Callable[[], Any], Any]:
+        """(replay, the last captured run's output): `runs` runs of fn as one CUDA graph."""
+        raise GraphUnsupported(f"graph mode needs CUDA timed through torch; this clock is {self.name}")
 
     def sync(self) -> None:
         return None
@@ -84,6 +97,21 @@ class TorchCuda(DeviceEvents):
         if self._scratch is None:
             self._scratch = self.torch.empty(L2_FLUSH_BYTES // 4, dtype=self.torch.int32, device="cuda")
         self._scratch.zero_()
+
+    def capture(self, fn: Callable[[], Any], runs: int) -> tuple[Callable[[], Any], Any]:
+        torch = self.torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()  # lazy handles (cuBLAS workspaces, a JIT's first launch) are made here, not captured
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        out = None
+        with torch.cuda.graph(graph):
+            for _ in range(runs):
+                out = fn()
+        torch.cuda.synchronize()
+        return graph.replay, out
 
 
 class CupyCuda(DeviceEvents):

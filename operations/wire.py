@@ -48,7 +48,22 @@ class Run(Msg):
     seed: int
     inputs: str | None = Field(description="input directory (cpu), or None: regenerate from seed")
     runs: int = Field(default=1, ge=1, le=1_000_000)
-    mode: Literal["cold", "hot"] = "cold"
+    mode: Literal["cold", "hot", "graph"] = "cold"
+
+
+class Capture(Msg):
+    """graph mode: capture the next block's `runs` runs as one CUDA graph, on decoy inputs.
+
+    A command of its own, before the block's Run: the capture is the subject's CPU work (its launch
+    cost), untimed, and the block's real inputs (Run.seed, drawn secretly by the supervisor) do
+    not exist in the worker yet, so nothing computed here can be the block's answer. The Run then
+    writes the real inputs into the captured buffers and times one replay."""
+
+    op: Literal["capture"] = "capture"
+    case: str
+    params: dict[str, object]
+    seed: int = Field(description="the decoy inputs' seed")
+    runs: int = Field(default=1, ge=1, le=1_000_000)
 
 
 class Fetch(Msg):
@@ -72,8 +87,8 @@ class Quit(Msg):
     op: Literal["quit"] = "quit"
 
 
-Command = Annotated[Warm | Run | Fetch | Drop | Ping | Quit, Field(discriminator="op")]
-COMMAND: TypeAdapter[Warm | Run | Fetch | Drop | Ping | Quit] = TypeAdapter(Command)
+Command = Annotated[Warm | Capture | Run | Fetch | Drop | Ping | Quit, Field(discriminator="op")]
+COMMAND: TypeAdapter[Warm | Capture | Run | Fetch | Drop | Ping | Quit] = TypeAdapter(Command)
 
 
 # -- worker -> supervisor ----------------------------------------------------------------------

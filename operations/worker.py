@@ -26,9 +26,10 @@ import numpy as np
 
 from . import codec
 from .compare import poison
-from .timing import Backend, backend_for
+from .refill import refill
+from .timing import Backend, GraphUnsupported, backend_for
 from .torchprof import BlockProfiler, from_env
-from .wire import COMMAND, Drop, Fetch, Hello, LineSocket, Ping, Quit, Reply, Run, Warm
+from .wire import COMMAND, Capture, Drop, Fetch, Hello, LineSocket, Ping, Quit, Reply, Run, Warm
 
 CONNECT_TIMEOUT_S = 120.0
 
@@ -78,6 +79,8 @@ class Worker:
         self.device = device
         self.last: Any = None
         self.inputs: Any = None
+        # graph mode: (the captured inputs' buffers, replay, the captured output), for the next Run
+        self.graph: tuple[Any, Callable[[], Any], Any] | None = None
         self.profiler: BlockProfiler | None = from_env(device)  # collection runs only (torchprof.py)
 
     def _inputs(self, inputs_dir: str | None, params: dict[str, Any], seed: int) -> Any:
@@ -100,22 +103,54 @@ class Worker:
         gc.collect()
         return Reply(ok=True)
 
+    def capture(self, cmd: Capture) -> Reply:
+        """graph mode: capture the next block on decoy inputs (see wire.Capture); the capture's time
+        is the subject's launch cost, reported apart as stage_ns of this untimed command."""
+        self.graph = None
+        gc.disable()
+        try:
+            s0 = time.perf_counter_ns()
+            decoy = self._inputs(None, dict(cmd.params), cmd.seed)
+            try:
+                replay, out = self.backend.capture(lambda: self.run_fn(self.impl, decoy), cmd.runs)
+            except GraphUnsupported:
+                raise
+            except Exception as exc:
+                raise RuntimeError(
+                    f"graph mode: the subject cannot be captured as a CUDA graph ({type(exc).__name__}: "
+                    f"{exc}); time it in hot mode"
+                ) from exc
+            self.graph = (decoy, replay, out)
+        finally:
+            gc.enable()
+        return Reply(ok=True, stage_ns=time.perf_counter_ns() - s0)
+
+    def _staged(self, cmd: Run) -> tuple[Callable[[], Any], int, Any]:
+        """(what the window runs, runs inside it, the output it leaves) with the block's inputs staged."""
+        self.inputs = inputs = self._inputs(cmd.inputs, dict(cmd.params), cmd.seed)
+        if cmd.mode != "graph":
+            if cmd.mode == "cold":
+                self.backend.flush_l2()  # part of staging: it keeps the device busy right up to the window
+            return lambda: self.run_fn(self.impl, inputs), cmd.runs, None
+        if self.graph is None:
+            raise RuntimeError("graph mode: no captured graph for this block (Capture must come first)")
+        buffers, replay, out = self.graph
+        refill(buffers, inputs)  # the real inputs into the captured buffers: the replay reads them
+        self.inputs, self.graph = buffers, None
+        return replay, 1, out
+
     def run(self, cmd: Run) -> Reply:
         """Stage and time one block. The output and inputs are kept until Fetch or Drop, so freeing
         them happens in an untimed command, not in the supervisor's bracket of the next block."""
         gc.disable()  # no collection inside the staging or the window; it runs between blocks
         try:
             s0 = time.perf_counter_ns()
-            self.inputs = inputs = self._inputs(cmd.inputs, dict(cmd.params), cmd.seed)
-            if cmd.mode == "cold":
-                self.backend.flush_l2()  # part of staging: it keeps the device busy right up to the window
+            fn, runs, captured = self._staged(cmd)
             self.backend.sync()
             stage = time.perf_counter_ns() - s0
             with self.profiler.around() if self.profiler is not None else contextlib.nullcontext():
-                out, t_ns, stream_ns = self.backend.time_block(
-                    lambda: self.run_fn(self.impl, inputs), cmd.runs, cmd.mode
-                )
-            self.last = out
+                out, t_ns, stream_ns = self.backend.time_block(fn, runs, cmd.mode)
+            self.last = out if cmd.mode != "graph" else captured
         finally:
             gc.enable()
         return Reply(ok=True, t_ns=int(t_ns), stage_ns=int(stage), stream_ns=stream_ns)
@@ -125,7 +160,7 @@ class Worker:
         return self.drop()
 
     def drop(self) -> Reply:
-        self.last = self.inputs = None
+        self.last = self.inputs = self.graph = None
         gc.collect(0)
         return Reply(ok=True)
 
@@ -137,6 +172,8 @@ class Worker:
         try:
             if isinstance(cmd, Warm):
                 return self.warm(cmd)
+            if isinstance(cmd, Capture):
+                return self.capture(cmd)
             if isinstance(cmd, Run):
                 return self.run(cmd)
             if isinstance(cmd, Fetch):

@@ -41,6 +41,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "forged_time": ("integrity_violation",),
     "deferred_thread": ("failed_accuracy", "integrity_violation", "inconclusive"),
     "precompute_staging": ("integrity_violation", "inconclusive"),
+    "predicted_inputs": ("failed_accuracy",),
     "child_process": HONEST,
     "sabotage_library": HONEST,
     # its loader burns the worker's CPU outside the window too (the check after the block): the

@@ -55,3 +55,26 @@ def test_cold_mode_takes_one_run_per_block_only(tmp_path: Path) -> None:
     assert not (tmp_path / "store" / "targets").exists() or not any(
         (tmp_path / "store" / "targets").iterdir()
     )
+
+
+@pytest.mark.parametrize(
+    ("change", "names"),
+    [
+        ({}, "device cuda"),  # the numpy example is a cpu workload
+        ({"driver": {"command": ["python", "driver.py"], "kind": "harness_trusted"}}, "harness_trusted"),
+    ],
+    ids=["cpu", "harness_trusted"],
+)
+def test_graph_mode_is_refused_where_no_graph_can_be_captured(
+    tmp_path: Path, change: dict, names: str
+) -> None:
+    work = _workload(tmp_path, {"mode": "graph"})
+    req = json.loads((work / "readiness.json").read_text())
+    if change:
+        req.update(change, device="cuda", gpu={"required": True, "count": 1})
+    (work / "readiness.json").write_text(json.dumps(req))
+    r = run_cko("readiness", "--request", str(work / "readiness.json"), "--json", store=tmp_path / "store")
+    assert r.code == 2 and "plan.timing.mode graph" in r.stdout and names in r.stdout, r.stdout[-1500:]
+    assert not (tmp_path / "store" / "targets").exists() or not any(
+        (tmp_path / "store" / "targets").iterdir()
+    )

@@ -168,10 +168,10 @@ def _sized(
     size a us-scale subject's blocks far too short), then runs = min_block_ms / the fastest case's
     per-run time."""
     plan = req.plan
-    if plan.timing.mode != "hot" or plan.timing.runs_per_block is not None or target.original is None:
+    if plan.timing.mode == "cold" or plan.timing.runs_per_block is not None or target.original is None:
         return plan
     probe = plan.model_copy(update={"timing": plan.timing.model_copy(update={"runs_per_block": SIZING_RUNS})})
-    progress(f"readiness: sizing hot blocks ({SIZING_RUNS} runs per block)")
+    progress(f"readiness: sizing {plan.timing.mode} blocks ({SIZING_RUNS} runs per block)")
     m = run_measurement(
         store,
         target.model_copy(update={"plan": probe}),

@@ -91,9 +91,13 @@ class Timing(Closed):
     window's fixed cost (on the H200 ~100-150 us: the whole-device synchronise and the event round
     trip), which is noise for a ms-scale subject and compresses the gain of a us-scale one.
     hot: `runs_per_block` back-to-back runs between two events, per-run time = block / runs: the
-    fixed cost is spread over a block of at least `min_block_ms` (tests/gpu/README.md, fidelity)."""
+    fixed cost is spread over a block of at least `min_block_ms` (tests/gpu/README.md, fidelity).
+    graph (device cuda): the hot block's runs captured once per block as a CUDA graph, on decoy
+    inputs and outside the window, and the window times one replay on the block's inputs: the CPU's
+    launch cost, which an events clock reads as GPU time below ~20 us, drops out; a subject that
+    cannot be captured (a host sync, a CPU op) fails its stage with the reason."""
 
-    mode: Literal["cold", "hot"] = "cold"
+    mode: Literal["cold", "hot", "graph"] = "cold"
     runs_per_block: int | None = Field(
         default=None,
         ge=1,
@@ -219,6 +223,14 @@ class ReadinessRequest(Closed):
             raise ValueError("gpu.required needs device cuda")
         if self.device == "cuda" and not self.gpu.required:
             raise ValueError("device cuda needs gpu.required true")
+        if self.plan.timing.mode == "graph" and self.device != "cuda":
+            raise ValueError("plan.timing.mode graph needs device cuda (a CUDA graph of the subject's runs)")
+        if (
+            self.plan.timing.mode == "graph"
+            and self.driver is not None
+            and self.driver.kind == "harness_trusted"
+        ):
+            raise ValueError("plan.timing.mode graph needs the worker boundary, not a harness_trusted driver")
         return self
 
 

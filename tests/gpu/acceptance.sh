@@ -11,6 +11,12 @@
 #   adversarial  the GPU adversarial candidates (tests/adversarial/gpu) through pytest -m gpu
 #   aa           20 A/A target experiments (identical variant) on torch-layernorm: the false-positive rate
 #   parse        benchmarks/parse_speed.py on one core of the GPU host (not in the default list)
+#   fidelity     benchmarks/fidelity.py: cko's cold/hot/graph gains beside ncu's and do_bench's (issue 18)
+#   reach        the Triton and torch.compile candidates to a target verdict, and graph mode (pytest -k)
+#   wall         benchmarks/verdict_wall.py in cold and graph mode: a screen + target's wall vs do_bench's
+#   torchtrace   `cko profile torch --collect` on torch-layernorm: the trace bound and parsed (issue 25)
+#   tritonstages the Triton candidate's cache (TTIR/TTGIR/LLIR/PTX) through `cko sass --triton`, bound
+#   stack        `cko audit --stack`: cuda against cuda plus one package (image), and a refusal
 #   pytest       every test marked gpu (python3 -m pytest -m gpu tests): the loops again as assertions, the
 #                adversarial suite, the examples' drivers on the GPU (not in the default list: it repeats)
 # A phase is started only while fewer than ACC_DEADLINE_S seconds (default 540) have passed since this
@@ -129,8 +135,76 @@ phase_aa() {
   done
 }
 
+phase_fidelity() {
+  python3 benchmarks/fidelity.py --blocks 20 --out $W/fidelity.json 2>&1 | tee $W/fidelity.txt
+  [ -s $W/fidelity.json ]
+}
+
+phase_reach() {
+  python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_gpu_acceptance.py -k "reach or graph_mode" \
+    --junitxml $W/reach.xml 2>&1 | tail -n 30 | tee $W/reach.txt
+  grep -q " passed" $W/reach.txt && ! grep -qE " (failed|error)" $W/reach.txt
+}
+
+phase_wall() {
+  local m
+  for m in cold graph; do
+    [ -s $W/wall-$m.json ] && continue
+    python3 benchmarks/verdict_wall.py --mode $m --out $W/wall-$m.json 2>&1 | tail -n 6 | tee -a $W/wall.txt
+  done
+  [ -s $W/wall-cold.json ] && [ -s $W/wall-graph.json ]
+}
+
+phase_torchtrace() {
+  local T; T=$(target_of torch-layernorm)
+  printf '{"subject": "original", "reps": 2}\n' > $W/tcollect.json
+  python3 -m runner profile torch --collect --request $W/tcollect.json --target "$T" --store $W/torch-layernorm \
+    --json > $W/torch-collect.json; echo "rc=$?"
+  python3 tests/gpu/show_trace.py $W/torch-collect.json | tee $W/torch-collect.txt
+}
+
+phase_tritonstages() {
+  local T V; T=$(target_of torch-layernorm)
+  V=$(python3 -m runner variant --request examples/torch-layernorm/variant.json --target "$T" --store $W/torch-layernorm \
+    --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["variant"]["id"])')
+  rm -rf $W/tcache; TRITON_CACHE_DIR=$W/tcache python3 tests/gpu/run_subject.py examples/torch-layernorm \
+    examples/torch-layernorm/candidate/kernel.py '{"rows": 4096, "cols": 4096, "dtype": "bf16"}'
+  python3 -m runner sass --triton $W/tcache --target "$T" --subject "$V" --store $W/torch-layernorm --json \
+    > $W/triton-stages.json; echo "rc=$?"
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d[k] for k in d if k != "facts"})[:600]); print(json.dumps(d.get("facts"))[:2500])' $W/triton-stages.json
+}
+
+phase_stack() {
+  local A B R
+  mkdir -p /tmp/cko-images
+  printf 'description: the cuda image plus six 1.17.0, a package no operation imports\nbase: cuda\npackages: [six==1.17.0]\n' \
+    > /tmp/cko-images/cuda-six.yaml
+  python3 -m runner images build cuda-six --if-missing --json > $W/stack-build.json; echo "build rc=$?"
+  tail -c 600 $W/stack-build.json; echo
+  for img in cuda cuda-six; do
+    python3 - "$img" > $W/stack-$img.json <<'PY'
+import json, sys
+req = json.load(open("examples/torch-layernorm/readiness.json"))
+req["cases"] = [{"id": "bf16_8192x4096", "params": {"rows": 8192, "cols": 4096, "dtype": "bf16"}}]
+req["image"] = sys.argv[1]
+print(json.dumps(req))
+PY
+    cp $W/stack-$img.json examples/torch-layernorm/stack-$img.json
+    python3 -m runner readiness --request examples/torch-layernorm/stack-$img.json --store $W/stack --json \
+      > $W/stack-$img.readiness.json; echo "readiness $img rc=$?"
+    rm -f examples/torch-layernorm/stack-$img.json
+  done
+  A=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["target"]["id"])' $W/stack-cuda.readiness.json)
+  B=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["target"]["id"])' $W/stack-cuda-six.readiness.json)
+  python3 -m runner audit --stack --from "$A" --to "$B" --component torch --store $W/stack --json > $W/stack-refused.json
+  echo "declared torch: rc=$?"; head -c 600 $W/stack-refused.json; echo
+  python3 -m runner audit --stack --from "$A" --to "$B" --component image --rounds 5 --store $W/stack --json \
+    > $W/stack-audit.json; echo "declared image: rc=$?"
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d.get(k) for k in ("answer", "differs", "unchecked", "cases", "images")})[:2500])' $W/stack-audit.json
+}
+
 # seconds a phase needs at least (estimates; README.md has what each took); not started with less left
-declare -A NEED=([loops]=150 [ceilings]=30 [grant]=15 [overhead]=40 [ncu]=60 [sass]=20 [adversarial]=150 [aa]=30 [pytest]=150 [parse]=90)
+declare -A NEED=([loops]=150 [ceilings]=30 [grant]=15 [overhead]=40 [ncu]=60 [sass]=20 [adversarial]=150 [aa]=30 [pytest]=150 [parse]=90 [fidelity]=150 [reach]=200 [wall]=150 [torchtrace]=60 [tritonstages]=40 [stack]=150)
 for p in "${PHASES[@]}"; do
   if [ -e $W/done.$p ]; then echo "phase $p: done before"; continue; fi
   if [ "$(left)" -le "${NEED[$p]:-30}" ]; then echo "phase $p: not started, $(left) s left, needs ${NEED[$p]:-30}"; continue; fi

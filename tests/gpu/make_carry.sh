@@ -45,12 +45,13 @@ t2=$(ts)
 
 # wheels for the GPU machine's CPython 3.12 (no index there). typing_extensions goes too: pydantic
 # 2.14 needs >= 4.16, newer than the one the machine's torch environment may hold. msgspec: the
-# PyTorch trace parser's decoder.
+# PyTorch trace parser's decoder. six: no dependencies, in no image: the one package the GPU stack
+# audit's second image adds (acceptance.sh, phase stack).
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
   -d "$STAGE/new/wheels" \
   pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
-  typing_extensions==4.16.0 docker==7.2.0 msgspec==0.23.0
+  typing_extensions==4.16.0 docker==7.2.0 msgspec==0.23.0 six==1.17.0
 t3=$(ts)
 
 rm -rf "$DEST.old"

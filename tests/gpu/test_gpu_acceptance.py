@@ -206,3 +206,42 @@ def test_gpu_adversarial_candidate_is_never_accepted(layernorm_target: dict, nam
         else doc.get("primary_verdict")
     )
     assert got in GPU_EXPECTED[name], json.dumps(doc)[:3000]
+
+
+@pytest.fixture(scope="module")
+def graph_target(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """torch-layernorm on a us-scale case, timed in graph mode (sized at readiness)."""
+    work = tmp_path_factory.mktemp("graph") / "torch-layernorm"
+    shutil.copytree(ROOT / "examples" / "torch-layernorm", work, ignore=shutil.ignore_patterns("__pycache__"))
+    req = json.loads((work / "readiness.json").read_text())
+    req["cases"] = [{"id": "bf16_4096x1024", "params": {"rows": 4096, "cols": 1024, "dtype": "bf16"}}]
+    req["accuracy"]["check_fraction"] = 0.5
+    req["plan"].update({"timing": {"mode": "graph"}, "target_pairs": 16})
+    (work / "readiness.json").write_text(json.dumps(req))
+    store = work.parent / "store"
+    r = run_cko("readiness", "--request", str(work / "readiness.json"), "--json", store=store, timeout=900)
+    assert r.code == 0, r.stdout[-3000:]
+    runs = r.json["target"]["plan"]["timing"]["runs_per_block"]
+    assert runs > 1, r.json["target"]["plan"]
+    return {"work": work, "store": store, "id": r.json["target"]["id"]}
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        (ROOT / "examples" / "torch-layernorm" / "candidate", ("accepted",)),
+        (GPU_ADV / "cache_by_ptr", ("failed_accuracy",)),  # a capture of nothing: its decoy's answer
+    ],
+    ids=["triton", "cache_by_ptr"],
+)
+def test_graph_mode_times_replays_and_checks_them_on_the_blocks_inputs(
+    graph_target: dict, path: Path, expected: tuple[str, ...]
+) -> None:
+    r, doc = run_candidate(graph_target, path, f"graph-{path.name}")
+    assert doc.get("stage_outcome") in expected, json.dumps(doc)[:3000]
+    if expected == ("accepted",):
+        from tests.test_adversarial import measured
+
+        series = measured(graph_target["store"], doc)["series"]
+        assert {s["timing_mode"] for s in series} == {"graph"}
+        assert all(len(s["capture_ns"]) == len(s["reps"]) and min(s["capture_ns"]) > 0 for s in series)

@@ -1,0 +1,130 @@
+"""What a verdict costs on the GPU: the wall of a screen + target stage, against do_bench's wall for
+the same number of samples (issue 18, "Show it"). Needs a CUDA GPU and the cuda image.
+
+    python3 benchmarks/verdict_wall.py [--mode cold|hot|graph] [--rows 4096 --cols 4096]
+
+Through the CLI, on torch-layernorm and its Triton candidate: readiness (not counted), then a screen
+and a target experiment. Per stage it reads every invocation's record: the container's wall
+(`duration_s`) and the supervisor's calibration (`setup_s`: workers' hello and calibration inside
+the container; `loop_s`: the measuring loop). The fixed start is the wall outside the loop
+(container, imports, CUDA contexts, warm-up, calibration); the measuring wall is the loop.
+
+Then, bare in this process (after the stages: its CUDA context must not be a foreign one during
+them), `triton.testing.do_bench(return_mode="all")` on the same inputs gives do_bench's wall per
+sample for each subject; its wall for the stage's blocks is blocks/2 x (original + candidate).
+Issue 18's goals: measuring wall within 3x of do_bench's; the fixed start under 3 s on a warm machine.
+Prints figures; exits 0 (not a gate), 2 without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchmarks.boundary_cost import cko, object_json  # noqa: E402
+
+EX = ROOT / "examples" / "torch-layernorm"
+
+
+def stages(work: Path, store: Path, mode: str) -> list[dict[str, Any]]:
+    tgt = cko("readiness", "--request", str(work / "readiness.json"), "--store", str(store))["target"]["id"]
+    var = cko("variant", "--request", str(work / "variant.json"), "--target", tgt, "--store", str(store))
+    rows = []
+    for stage in ("screen", "target"):
+        t0 = time.monotonic()
+        doc = cko(
+            "experiment", "--request", str(work / f"{stage}.json"), "--target", tgt,
+            "--variant", var["variant"]["id"], "--store", str(store),
+        )  # fmt: skip
+        wall = time.monotonic() - t0
+        exp = json.loads((store / "experiments" / f"{doc['experiment']['id']}.json").read_text())
+        rows.append({"stage": stage, "mode": mode, "cli_wall_s": wall, "outcome": doc.get("stage_outcome"),
+                     "effect_pct": (doc.get("cases") or [{}])[0].get("effect_pct"),
+                     **_invocations(store, exp)})  # fmt: skip
+    return rows
+
+
+def _invocations(store: Path, exp: dict[str, Any]) -> dict[str, float]:
+    wall = loop = 0.0
+    blocks = 0
+    for ref in exp["plan"]["invocations"]:
+        inv = json.loads((store / "invocations" / ref["id"] / "result.json").read_text())
+        out = next(o for o in inv["outputs"] if o["name"] == "result.json")
+        cal = object_json(store, out["sha256"])["driver_result"].get("calibration") or {}
+        wall += inv["duration_s"] or 0.0
+        loop += cal.get("loop_s") or 0.0
+        blocks += cal.get("blocks") or 0
+    return {"container_s": wall, "loop_s": loop, "fixed_s": wall - loop, "blocks": blocks}
+
+
+def _module(path: Path, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def do_bench_per_sample(params: dict[str, Any]) -> dict[str, float]:
+    """Seconds of do_bench's wall per sample, per subject, on the harness's own inputs."""
+    import numpy as np
+    from triton.testing import do_bench
+
+    driver = _module(EX / "driver.py", "cko_lnorm_driver")
+    inputs = driver.make_inputs(params, np.random.default_rng(0), "cuda")
+    out = {}
+    for which, path in (("original", EX / "kernel.py"), ("candidate", EX / "candidate" / "kernel.py")):
+        impl = _module(path, f"cko_lnorm_{which}")
+        t0 = time.perf_counter()
+        times = do_bench(lambda impl=impl: driver.run(impl, inputs), warmup=25, rep=200, return_mode="all")
+        out[which] = (time.perf_counter() - t0) / len(times)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=("cold", "hot", "graph"), default="cold")
+    ap.add_argument("--rows", type=int, default=4096)
+    ap.add_argument("--cols", type=int, default=4096)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    if shutil.which("nvidia-smi") is None:
+        print("no NVIDIA GPU: nothing to measure", file=sys.stderr)
+        return 2
+    params = {"rows": args.rows, "cols": args.cols, "dtype": "bf16"}
+    with tempfile.TemporaryDirectory() as d:
+        work = Path(d) / "torch-layernorm"
+        shutil.copytree(EX, work, ignore=shutil.ignore_patterns("__pycache__"))
+        req = json.loads((work / "readiness.json").read_text())
+        req["cases"] = [{"id": f"bf16_{args.rows}x{args.cols}", "params": params}]
+        req["plan"]["timing"] = {"mode": args.mode}
+        (work / "readiness.json").write_text(json.dumps(req))
+        rows = stages(work, Path(d) / "store", args.mode)
+    per = do_bench_per_sample(params)
+    print(f"torch-layernorm bf16 {args.rows}x{args.cols}, {args.mode} mode; do_bench s/sample: "
+          f"original {per['original']:.6f}, candidate {per['candidate']:.6f}")  # fmt: skip
+    print(f"{'stage':8}{'blocks':>7}{'outcome':>14}{'effect %':>10}{'cli s':>8}{'fixed s':>9}{'loop s':>8}"
+          f"{'do_bench s':>11}{'loop/do_bench':>14}")  # fmt: skip
+    for r in rows:
+        r["do_bench_s"] = r["blocks"] / 2 * (per["original"] + per["candidate"])
+        r["ratio"] = r["loop_s"] / r["do_bench_s"] if r["do_bench_s"] else None
+        eff, ratio = r["effect_pct"], r["ratio"]
+        print(f"{r['stage']:8}{r['blocks']:>7}{r['outcome'] or '-':>14}{'-' if eff is None else f'{eff:+.1f}':>10}"
+              f"{r['cli_wall_s']:8.2f}{r['fixed_s']:9.2f}{r['loop_s']:8.2f}{r['do_bench_s']:11.3f}"
+              f"{'-' if ratio is None else f'{ratio:.2f}':>14}")  # fmt: skip
+    if args.out is not None:
+        args.out.write_text(json.dumps({"do_bench_s_per_sample": per, "stages": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

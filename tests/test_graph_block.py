@@ -1,0 +1,94 @@
+"""graph mode's worker side, in milliseconds, without a GPU: the refill of captured buffers and the
+refusals a subject or a clock that cannot be captured gets (the capture itself runs on the H200:
+tests/gpu/test_gpu_acceptance.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from operations.protocol import (
+    PROTOCOL,
+    AccuracyRule,
+    Case,
+    DriverRequest,
+    Metric,
+    ScheduleItem,
+    Subject,
+    WorkerSlot,
+)
+from operations.refill import RefillError, refill
+from operations.timing import Backend
+from operations.wire import Capture, Run
+from operations.worker import Worker
+
+
+def test_refill_writes_every_buffer_in_place() -> None:
+    rng = np.random.default_rng(1)
+    dst = {"x": np.zeros((4, 8)), "pair": [np.zeros(3), np.zeros(3)], "eps": 1e-5}
+    keep = (dst["x"], dst["pair"][0])
+    src = {
+        "x": rng.standard_normal((4, 8)),
+        "pair": [rng.standard_normal(3), rng.standard_normal(3)],
+        "eps": 1e-5,
+    }
+    refill(dst, src)
+    assert dst["x"] is keep[0] and dst["pair"][0] is keep[1]  # the captured addresses stay
+    assert np.array_equal(dst["x"], src["x"]) and np.array_equal(dst["pair"][1], src["pair"][1])
+
+
+@pytest.mark.parametrize(
+    ("src", "where"),
+    [
+        ({"x": np.zeros((4, 9)), "eps": 1e-5}, "inputs['x']"),
+        ({"x": np.zeros((4, 8), dtype=np.float32), "eps": 1e-5}, "inputs['x']"),
+        ({"x": np.zeros((4, 8)), "eps": 1e-3}, "inputs['eps']"),
+        ({"x": np.zeros((4, 8))}, "inputs: keys"),
+    ],
+    ids=["shape", "dtype", "plain value", "keys"],
+)
+def test_refill_refuses_inputs_that_do_not_fit_the_captured_buffers(src: dict, where: str) -> None:
+    dst = {"x": np.ones((4, 8)), "eps": 1e-5}
+    with pytest.raises(RefillError, match=where.replace("[", r"\[").replace("]", r"\]")):
+        refill(dst, src)
+
+
+def _worker() -> Worker:
+    return Worker(
+        run=lambda impl, inputs: inputs["x"] * 2,
+        make_inputs=lambda params, rng, device: {"x": rng.standard_normal(4)},
+        impl=None,
+        backend=Backend(),
+        device="cpu",
+    )
+
+
+def test_a_clock_without_graphs_refuses_the_capture_with_the_reason() -> None:
+    reply = _worker().handle(Capture(case="c", params={}, seed=3, runs=4))
+    assert reply is not None and not reply.ok and "graph mode needs CUDA" in (reply.error or "")
+
+
+def test_a_graph_run_without_its_capture_is_refused() -> None:
+    reply = _worker().handle(Run(case="c", params={}, rep=0, seed=3, inputs=None, runs=1, mode="graph"))
+    assert reply is not None and not reply.ok and "Capture must come first" in (reply.error or "")
+
+
+def test_the_protocol_refuses_graph_mode_off_cuda_or_without_workers() -> None:
+    base = {
+        "protocol": PROTOCOL,
+        "mode": "measure",
+        "subjects": [Subject(id="a", path="/a")],
+        "cases": [Case(id="c", params={})],
+        "schedule": [ScheduleItem(subject="a", case="c", rep=0)],
+        "metrics": [Metric(name="time", unit="ms")],
+        "accuracy": AccuracyRule(rel_l2=1e-3),
+        "seed": 0,
+        "result_path": "/tmp/r",
+        "timing_mode": "graph",
+    }
+    with pytest.raises(ValueError, match="timing_mode graph needs device cuda"):
+        DriverRequest(**base, device="cpu", workers=[WorkerSlot(subject="a", uid=61000, gid=61000)])
+    with pytest.raises(ValueError, match="the worker boundary"):
+        DriverRequest(**base, device="cuda")
+    ok = DriverRequest(**base, device="cuda", workers=[WorkerSlot(subject="a", uid=61000, gid=61000)])
+    assert ok.timing_mode == "graph"
