@@ -153,6 +153,10 @@ def _mounts(
                 "CKO_SOCKET": f"{req.ipc_dir}/sup.sock",
                 "CKO_ENTRY": target.entry,
                 "CKO_DEVICE": target.device,
+                # the worker's uid has no passwd entry in the image (its root is read-only):
+                # getpass.getuser(), which Inductor's and Triton's cache paths call, reads these first
+                "USER": f"cko-worker-{w.uid}",
+                "LOGNAME": f"cko-worker-{w.uid}",
             }
         )
         launches.append(

@@ -221,9 +221,10 @@ def graph_target(tmp_path_factory: pytest.TempPathFactory) -> dict:
     store = work.parent / "store"
     r = run_cko("readiness", "--request", str(work / "readiness.json"), "--json", store=store, timeout=900)
     assert r.code == 0, r.stdout[-3000:]
-    runs = r.json["target"]["plan"]["timing"]["runs_per_block"]
-    assert runs > 1, r.json["target"]["plan"]
-    return {"work": work, "store": store, "id": r.json["target"]["id"]}
+    tid = r.json["target"]["id"]
+    timing = json.loads((store / "targets" / f"{tid}.json").read_text())["plan"]["timing"]
+    assert timing["mode"] == "graph" and timing["runs_per_block"] > 1, timing
+    return {"work": work, "store": store, "id": tid}
 
 
 @pytest.mark.parametrize(
