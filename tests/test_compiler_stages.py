@@ -199,6 +199,23 @@ def test_triton_directory_gives_one_kernel_per_cache_dir():
     assert elapsed < 2.0, elapsed
 
 
+def test_triton_host_modules_in_the_cache_are_known_and_not_a_kernel(tmp_path):
+    """Triton 3.6 on the H200 caches its compiled C launcher and driver glue in hash directories of
+    their own beside the kernels' (tests/gpu/README.md): recognised, not parsed, not a refusal; an
+    unknown shared object beside a kernel still is."""
+    copy_kernel(tmp_path / "cache", "vector_add")
+    for name, h in (
+        ("__triton_launcher.cpython-312-x86_64-linux-gnu.so", "L"),
+        ("cuda_utils.cpython-312-x86_64-linux-gnu.so", "U"),
+    ):
+        (tmp_path / "cache" / h).mkdir()
+        (tmp_path / "cache" / h / name).write_bytes(b"\x7fELF")
+    facts = parse_triton_evidence(kernel_groups(tmp_path / "cache"))
+    assert [k.name for k in facts.triton.kernels] == ["add_kernel"]
+    (tmp_path / "cache" / "L" / "libevil.so").write_bytes(b"\x7fELF")
+    assert refused(parse_triton_evidence, kernel_groups(tmp_path / "cache")).code == "unknown_stage"
+
+
 def test_triton_hostile_caches_are_refused(tmp_path):
     d = copy_kernel(tmp_path / "a", "vector_add")
     (d / "add_kernel.hsaco").write_bytes(b"\x7fELF")

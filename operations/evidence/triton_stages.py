@@ -5,7 +5,9 @@ or the files of `kernel.asm` and `kernel.metadata` written the same way:
 * The metadata must come from a Triton version in TRITON_VERSIONS and the `cuda` backend; its
   name, warps, stages, CTAs, shared memory, target and hash are kept. Anything else is refused.
 * A file whose suffix is not a stage in STAGES is refused (`unknown_stage`): no silent skipping.
-* `__grp__<name>.json` (the cache's index of host paths) is recognised and not read.
+* `__grp__<name>.json` (the cache's index of host paths) is recognised and not read, as are the
+  host modules Triton compiles into the same cache with the system compiler (`__triton_launcher*.so`,
+  the kernels' C launcher, and `cuda_utils*.so`, its driver glue): they belong to no kernel's stages.
 * The stages are cross-checked: the PTX entry, the LLIR function and the TTGIR function carry the
   metadata's name; TTGIR's `ttg.num-warps` and `ttg.target` and PTX's `.target` agree with it.
   Disagreements are facts (`mismatches`), not refusals.
@@ -30,6 +32,7 @@ TRITON_VERSIONS = ("3.6",)  # major.minor whose cache layout and dialects the fi
 BACKENDS = ("cuda",)
 STAGES = ("json", "source", "ttir", "ttgir", "llir", "ptx", "cubin")
 GROUP_PREFIX = "__grp__"
+HOST_MODULES = ("__triton_launcher", "cuda_utils")  # name prefixes of .so files Triton caches beside kernels
 MAX_KERNELS = 256
 MAX_FILES = 4096
 METADATA_LIMIT = 1 << 20
@@ -206,6 +209,8 @@ def _groups_in(d: Path) -> list[list[Path]]:
         if not stat.S_ISREG(e.stat(follow_symlinks=False).st_mode):
             raise Refusal("not_regular", f"{e.path} is not a regular file", field="triton")
         if e.name.startswith(GROUP_PREFIX) or e.name.startswith("."):
+            continue
+        if e.name.endswith(".so") and e.name.startswith(HOST_MODULES):
             continue
         stem = e.name.rsplit(".", 1)[0]
         stems.setdefault(stem, []).append(Path(e.path))

@@ -136,7 +136,7 @@ phase_aa() {
 }
 
 phase_fidelity() {
-  python3 benchmarks/fidelity.py --blocks 20 --out $W/fidelity.json 2>&1 | tee $W/fidelity.txt
+  python3 benchmarks/fidelity.py --blocks 12 --out $W/fidelity.json 2>&1 | tee $W/fidelity.txt
   [ -s $W/fidelity.json ]
 }
 
