@@ -174,37 +174,33 @@ phase_tritonstages() {
   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d[k] for k in d if k != "facts"})[:600]); print(json.dumps(d.get("facts"))[:2500])' $W/triton-stages.json
 }
 
-phase_stack() {
-  local A B R
-  mkdir -p /tmp/cko-images
-  printf 'description: the cuda image plus six 1.17.0, a package no operation imports\nbase: cuda\npackages: [six==1.17.0]\n' \
-    > /tmp/cko-images/cuda-six.yaml
-  python3 -m runner images build cuda-six --if-missing --json > $W/stack-build.json; echo "build rc=$?"
-  tail -c 600 $W/stack-build.json; echo
-  for img in cuda cuda-six; do
-    python3 - "$img" > $W/stack-$img.json <<'PY'
-import json, sys
+phase_stack() {  # two builds of cko's cuda image that differ in one package (six), one Target on each
+  local A B img
+  stack_target() {  # stack_target NAME: readiness of torch-layernorm (8192x4096) in the lock's cuda image now
+    python3 - > examples/torch-layernorm/stack-$1.json <<'PY'
+import json
 req = json.load(open("examples/torch-layernorm/readiness.json"))
 req["cases"] = [{"id": "bf16_8192x4096", "params": {"rows": 8192, "cols": 4096, "dtype": "bf16"}}]
-req["image"] = sys.argv[1]
 print(json.dumps(req))
 PY
-    cp $W/stack-$img.json examples/torch-layernorm/stack-$img.json
-    python3 -m runner readiness --request examples/torch-layernorm/stack-$img.json --store $W/stack --json \
-      > $W/stack-$img.readiness.json; echo "readiness $img rc=$?"
-    rm -f examples/torch-layernorm/stack-$img.json
-  done
-  A=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["target"]["id"])' $W/stack-cuda.readiness.json)
-  B=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["target"]["id"])' $W/stack-cuda-six.readiness.json)
+    python3 -m runner readiness --request examples/torch-layernorm/stack-$1.json --store $W/stack --json > $W/stack-$1.readiness.json
+    echo "readiness $1 rc=$?" >&2; rm -f examples/torch-layernorm/stack-$1.json
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["target"]["id"])' $W/stack-$1.readiness.json
+  }
+  A=$(stack_target before)
+  { cat images/requirements-host.txt; echo six==1.17.0; } > images/requirements-stack.txt
+  python3 -m runner images build cuda --base-image cko/cuda-base:host --build-arg PYTHON=/opt/torch/.venv/bin/python3 \
+    --build-arg REQUIREMENTS=images/requirements-stack.txt --json > $W/stack-build.json; echo "build rc=$?"
+  B=$(stack_target after)
   python3 -m runner audit --stack --from "$A" --to "$B" --component torch --store $W/stack --json > $W/stack-refused.json
-  echo "declared torch: rc=$?"; head -c 600 $W/stack-refused.json; echo
-  python3 -m runner audit --stack --from "$A" --to "$B" --component image --rounds 5 --store $W/stack --json \
+  echo "declared torch: rc=$?"; head -c 700 $W/stack-refused.json; echo
+  python3 -m runner audit --stack --from "$A" --to "$B" --component image --rounds 3 --store $W/stack --json \
     > $W/stack-audit.json; echo "declared image: rc=$?"
-  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d.get(k) for k in ("answer", "differs", "unchecked", "cases", "images")})[:2500])' $W/stack-audit.json
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d.get(k) for k in ("answer", "differs", "unchecked", "cases", "images", "error", "message")})[:2500])' $W/stack-audit.json
 }
 
 # seconds a phase needs at least (estimates; README.md has what each took); not started with less left
-declare -A NEED=([loops]=150 [ceilings]=30 [grant]=15 [overhead]=40 [ncu]=60 [sass]=20 [adversarial]=150 [aa]=30 [pytest]=150 [parse]=90 [fidelity]=150 [reach]=200 [wall]=150 [torchtrace]=60 [tritonstages]=40 [stack]=150)
+declare -A NEED=([loops]=150 [ceilings]=30 [grant]=15 [overhead]=40 [ncu]=60 [sass]=20 [adversarial]=150 [aa]=30 [pytest]=150 [parse]=90 [fidelity]=150 [reach]=200 [wall]=150 [torchtrace]=60 [tritonstages]=40 [stack]=120)
 for p in "${PHASES[@]}"; do
   if [ -e $W/done.$p ]; then echo "phase $p: done before"; continue; fi
   if [ "$(left)" -le "${NEED[$p]:-30}" ]; then echo "phase $p: not started, $(left) s left, needs ${NEED[$p]:-30}"; continue; fi
