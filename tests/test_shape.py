@@ -38,8 +38,6 @@ LONG: dict[str, str] = {
     "operations/supervisor.py:timed": "the timed window: freeze, bracket, run, fetch, thaw in one visible order",
     "operations/stats.py:sequential_compare": "the sequential test's looks, in the order the plan declares",
     "operations/ops/measure.py:run_driver": _SPLIT,
-    "runner/invocation.py:_execute_admitted": "the invocation's life (lock, ledger, container, result) "
-    "in the order a crash must be recoverable; " + _SPLIT,
     "runner/sandbox.py:run": "create, attach, start, wait, stop, collect, remove: every exit path removes",
     "runner/sandbox.py:container_kwargs": "every hardening option of a container, in one place to audit",
     "runner/verify.py:verify_store": _SPLIT,
