@@ -42,7 +42,6 @@ LONG: dict[str, str] = {
     "runner/sandbox.py:container_kwargs": "every hardening option of a container, in one place to audit",
     "runner/workflow/ops.py:baseline": _SPLIT,
     "runner/workflow/ops.py:readiness": _SPLIT,
-    "runner/workflow/experiment.py:experiment": _SPLIT,
     "runner/workflow/analysis.py:analyse_case": _SPLIT,
     "runner/workflow/measure.py:run_measurement": _SPLIT,
     "runner/demo.py:run_demo": "the demo's eight steps in order, each a few lines",
