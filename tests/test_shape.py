@@ -45,7 +45,6 @@ LONG: dict[str, str] = {
     "runner/workflow/analysis.py:analyse_case": _SPLIT,
     "runner/workflow/measure.py:run_measurement": _SPLIT,
     "runner/demo.py:run_demo": "the demo's eight steps in order, each a few lines",
-    "runner/imagebuild.py:engine_build": _SPLIT,
     "runner/doctor.py:diagnose": "one check after another, each a few lines",
     "runner/hostpath.py:walk": "the host path walk: every refusal beside the check that makes it",
     "runner/operation.py:run_operation": _SPLIT,
