@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from operations import stats
+from operations.protocol import DriverResult, Series
 
 from .. import gpu as gpumod
 from ..errors import Exit, bad_request, failed
 from ..executor import LOCAL, Executor
 from ..identity import EnvironmentIdentity, compare, host_identity
-from ..models import ObjectRef
+from ..models import ObjectRef, Ref
 from ..records import InvocationResult
 from ..store import Store, check_id, new_id
 from . import analysis
@@ -308,77 +309,22 @@ def baseline(
     assert t.objective and t.original
     n = req.samples_per_case or t.plan.baseline_samples
     m_pairs = req.aa_pairs or t.plan.aa_pairs
-    items = []
-    for c in t.cases:
-        items += _reps("original", c.id, n)
-        sched, _ = paired_schedule([c.id], "aa-ref", "aa-cand", m_pairs, req.seed)
-        items += sched
     progress(f"baseline: {n} samples per case and {m_pairs} A/A pairs")
-    m = run_measurement(
-        store,
-        t,
-        {"original": t.original, "aa-ref": t.original, "aa-cand": t.original},
-        items,
-        mode="measure",
-        seed=req.seed,
-        acquisition=t.plan.acquisition,
-        label=f"baseline {t.name}",
-        parent={"target": tref.model_dump()},
-        progress=progress,
-        executor=executor,
+    m, result = _measure_baseline(
+        store, t, tref, req, _baseline_schedule(t, n, m_pairs, req.seed), progress, executor
     )
-    if m.failure or m.result is None:
-        raise failed(
-            f"baseline measurement failed: {_measure_failure(m)} (invocation {m.invocation.id})",
-            code="measurement_failed",
-        )
-    sm = analysis.series_map(m.result)
-    prim = t.objective.primary
-    cases = []
-    for c in t.cases:
-        s = sm[("original", c.id)]
-        aa_ref, aa_cand = sm[("aa-ref", c.id)], sm[("aa-cand", c.id)]
-        kept, _ = analysis.kept_pairs(aa_ref, aa_cand, exclude_ramping=False)
-        a, b = analysis.pairs_for(aa_ref, aa_cand, prim.name, kept)
-        res = stats.resolution(
-            a,
-            b,
-            direction=prim.direction,
-            confidence=t.plan.confidence,
-            seed=req.seed,
-            resamples=t.plan.bootstrap_resamples,
-            keep_pairs=True,
-            metric=prim.name,
-        )
-        r_at = res.resolution_pct_at(t.plan.target_pairs)
-        samples = s.samples[prim.name]
-        cases.append(
-            CaseBaseline(
-                case=c.id,
-                samples=samples,
-                unit=prim.unit,
-                median=float(sorted(samples)[len(samples) // 2]),
-                aa=res.model_dump(mode="json"),
-                resolution_pct=r_at,
-            )
-        )
+    sm = analysis.series_map(result)
+    cases = [_case_baseline(t, c.id, sm, req.seed) for c in t.cases]
     worst = max(cb.resolution_pct for cb in cases)
     ok = t.objective.min_effect_pct > worst
-    note = (
-        f"minimum effect {t.objective.min_effect_pct:g}% is above the A/A resolution {worst:.2f}% "
-        f"at {t.plan.target_pairs} pairs"
-        if ok
-        else f"minimum effect {t.objective.min_effect_pct:g}% is at or below the A/A resolution {worst:.2f}% at "
-        f"{t.plan.target_pairs} pairs: this environment cannot confirm it (raise the minimum or the pairs)"
-    )
+    note = _resolution_note(t, worst, ok)
     mismatch = compare(t.identity, m.identity) if t.identity and m.identity else []
     load = window_load(m.telemetry)
     loaded = under_load(load)
     if loaded is not None:
         note += f". {loaded.message}"
-    bid = new_id("bas")
     rec = Baseline(
-        id=bid,
+        id=new_id("bas"),
         target=tref,
         created_at=now(),
         invocation=m.invocation,
@@ -397,20 +343,108 @@ def baseline(
         measured_under_load=loaded is not None,
         warnings=[loaded] if loaded else [],
     )
-    ref = _put_record(store, "baselines", bid, rec)
+    ref = _put_record(store, "baselines", rec.id, rec)
+    return _baseline_doc(ref, rec, m), 0
+
+
+def _baseline_schedule(t: Target, n: int, m_pairs: int, seed: int) -> list[Any]:
+    """Per case: n samples of the original, then m_pairs A/A pairs of the original against itself."""
+    items = []
+    for c in t.cases:
+        items += _reps("original", c.id, n)
+        sched, _ = paired_schedule([c.id], "aa-ref", "aa-cand", m_pairs, seed)
+        items += sched
+    return items
+
+
+def _measure_baseline(
+    store: Store,
+    t: Target,
+    tref: Ref,
+    req: BaselineRequest,
+    items: list[Any],
+    progress: Progress,
+    executor: Executor,
+) -> tuple[Measured, DriverResult]:
+    """Run the schedule; a failed measurement is an error (nothing is recorded)."""
+    assert t.original
+    m = run_measurement(
+        store,
+        t,
+        {"original": t.original, "aa-ref": t.original, "aa-cand": t.original},
+        items,
+        mode="measure",
+        seed=req.seed,
+        acquisition=t.plan.acquisition,
+        label=f"baseline {t.name}",
+        parent={"target": tref.model_dump()},
+        progress=progress,
+        executor=executor,
+    )
+    if m.failure or m.result is None:
+        raise failed(
+            f"baseline measurement failed: {_measure_failure(m)} (invocation {m.invocation.id})",
+            code="measurement_failed",
+        )
+    return m, m.result
+
+
+def _case_baseline(t: Target, case: str, sm: dict[tuple[str, str], Series], seed: int) -> CaseBaseline:
+    """One case's samples of the original, and the resolution its A/A pairs give at the target pairs."""
+    assert t.objective
+    prim = t.objective.primary
+    aa_ref, aa_cand = sm[("aa-ref", case)], sm[("aa-cand", case)]
+    kept, _ = analysis.kept_pairs(aa_ref, aa_cand, exclude_ramping=False)
+    a, b = analysis.pairs_for(aa_ref, aa_cand, prim.name, kept)
+    res = stats.resolution(
+        a,
+        b,
+        direction=prim.direction,
+        confidence=t.plan.confidence,
+        seed=seed,
+        resamples=t.plan.bootstrap_resamples,
+        keep_pairs=True,
+        metric=prim.name,
+    )
+    samples = sm[("original", case)].samples[prim.name]
+    return CaseBaseline(
+        case=case,
+        samples=samples,
+        unit=prim.unit,
+        median=float(sorted(samples)[len(samples) // 2]),
+        aa=res.model_dump(mode="json"),
+        resolution_pct=res.resolution_pct_at(t.plan.target_pairs),
+    )
+
+
+def _resolution_note(t: Target, worst: float, ok: bool) -> str:
+    """Whether the minimum effect stands above the worst case's A/A resolution, in words."""
+    assert t.objective
+    if ok:
+        return (
+            f"minimum effect {t.objective.min_effect_pct:g}% is above the A/A resolution {worst:.2f}% "
+            f"at {t.plan.target_pairs} pairs"
+        )
+    return (
+        f"minimum effect {t.objective.min_effect_pct:g}% is at or below the A/A resolution {worst:.2f}% at "
+        f"{t.plan.target_pairs} pairs: this environment cannot confirm it (raise the minimum or the pairs)"
+    )
+
+
+def _baseline_doc(ref: Ref, rec: Baseline, m: Measured) -> dict[str, Any]:
     return {
         "baseline": ref.model_dump(),
-        "resolution_pct": worst,
-        "min_effect_resolvable": ok,
-        "note": note,
-        "measured_under_load": loaded is not None,
+        "resolution_pct": rec.resolution_pct,
+        "min_effect_resolvable": rec.min_effect_resolvable,
+        "note": rec.note,
+        "measured_under_load": rec.measured_under_load,
         "warnings": [w.model_dump() for w in rec.warnings],
         "ran_on": _ran_on_doc(m),
         "cases": [
             {"case": cb.case, "median": cb.median, "unit": cb.unit, "resolution_pct": cb.resolution_pct}
-            for cb in cases
+            for cb in rec.cases
         ],
-    }, 0
+    }
 
 
 # -- variant --------------------------------------------------------------------------------
