@@ -34,7 +34,7 @@ from .common import (
 from .decide import under_load
 from .loadin import window_load
 from .measure import Measured, paired_schedule, run_measurement
-from .records import Baseline, CaseBaseline, Target, Variant
+from .records import Baseline, CaseBaseline, Snapshot, Target, Variant
 from .requests import BaselineRequest, ReadinessRequest, StatsPlan, VariantRequest, runs_for
 from .snapshot import commit, load_manifest, manifest_of, scan, take
 
@@ -61,34 +61,66 @@ def readiness(
     if req.mode == "diagnostic":
         return _diagnostic(store, req, base, workload)
     assert req.driver and req.objective and req.accuracy
+    blockers = _workload_blockers(req, workload, executor)
+    if blockers:
+        return {"ready": False, "blockers": blockers}, int(Exit.FAILED)
+    snap = take(store, workload, req.exclude)
+    target = _new_target(store, req, snap)
+    m = _smoke(store, target, req, progress, executor)
+    blockers = _smoke_blockers(m, req.image)
+    if blockers:
+        return {"ready": False, "blockers": blockers, "smoke": m.invocation.model_dump()}, int(Exit.FAILED)
+    target = target.model_copy(update={"identity": m.identity, "smoke": m.invocation, "ran_on": m.ran_on})
+    target = target.model_copy(update={"plan": _sized(store, target, req, progress, executor)})
+    ref = _put_record(store, "targets", target.id, target)
+    return {
+        "ready": True,
+        "target": ref.model_dump(),
+        "snapshot": snap.sha256,
+        "smoke": m.invocation.model_dump(),
+        "identity": m.identity.model_dump(mode="json") if m.identity else None,
+        "ran_on": _ran_on_doc(m),
+    }, int(Exit.DONE)
+
+
+def _blocker(what: str, reason: str, step: str) -> dict[str, str]:
+    return {"what": what, "reason": reason, "next_step": step}
+
+
+def _workload_blockers(req: ReadinessRequest, workload: Path, executor: Executor) -> list[dict[str, str]]:
+    """What keeps the workload from running at all: missing files, an image or GPU the executor lacks.
+    A path that leaves the workload is a bad request, not a blocker."""
+    assert req.driver
     _rel_inside(workload, req.entry, "entry")
     for i, p in enumerate(req.allowed_paths):
         _rel_inside(workload, p, f"allowed_paths[{i}]")
     blockers: list[dict[str, str]] = []
-
-    def block(what: str, reason: str, step: str) -> None:
-        blockers.append({"what": what, "reason": reason, "next_step": step})
-
     if not (workload / req.entry).is_file():
-        block("entry", f"{req.entry} not found in {workload}", f"create {req.entry} or set entry")
+        blockers.append(
+            _blocker("entry", f"{req.entry} not found in {workload}", f"create {req.entry} or set entry")
+        )
     for p in req.allowed_paths:
         if not (workload / p).is_file():
-            block("allowed_paths", f"{p} not found in {workload}", "list only files the original has")
+            blockers.append(
+                _blocker("allowed_paths", f"{p} not found in {workload}", "list only files the original has")
+            )
     script = next((c for c in req.driver.command[1:] if c.endswith(".py")), None)
     if script and not (workload / script).is_file():
-        block(
-            "driver",
-            f"driver script {script} not found in {workload}",
-            "put the driver in the workload directory",
+        blockers.append(
+            _blocker(
+                "driver",
+                f"driver script {script} not found in {workload}",
+                "put the driver in the workload directory",
+            )
         )
-    blockers += executor.preflight(req.image, max(1, req.gpu.count) if req.gpu.required else 0)
-    if blockers:
-        return {"ready": False, "blockers": blockers}, int(Exit.FAILED)
-    snap = take(store, workload, req.exclude)
+    return blockers + executor.preflight(req.image, max(1, req.gpu.count) if req.gpu.required else 0)
+
+
+def _new_target(store: Store, req: ReadinessRequest, snap: Snapshot) -> Target:
+    """The optimization Target the request describes, its request stored beside it (not yet recorded)."""
     request_obj = store.put_json(req)
-    tid = new_id("tgt")
-    target = Target(
-        id=tid,
+    return Target(
+        id=new_id("tgt"),
         name=req.name,
         mode="optimization",
         claim_layer=req.claim_layer,
@@ -109,12 +141,19 @@ def readiness(
         memory=req.memory,
         request=ObjectRef(sha256=request_obj["sha256"], size=request_obj["size"], name="readiness.json"),
     )
+
+
+def _smoke(
+    store: Store, target: Target, req: ReadinessRequest, progress: Progress, executor: Executor
+) -> Measured:
+    """Two samples of the original per case, to show it runs and passes its own checks."""
+    assert target.original
     items = [it for c in req.cases for it in _reps("original", c.id, 2)]
     progress("readiness: two-sample smoke of the original")
-    m = run_measurement(
+    return run_measurement(
         store,
         target,
-        {"original": snap},
+        {"original": target.original},
         items,
         mode="smoke",
         seed=0,
@@ -126,36 +165,34 @@ def readiness(
         telemetry=False,
         executor=executor,
     )
+
+
+def _smoke_blockers(m: Measured, image: str) -> list[dict[str, str]]:
+    """What the smoke showed: a failed run, the original failing its accuracy rule, an integrity trip."""
     if m.failure:
         f = m.failure
-        block(
-            "smoke",
-            f"{f.get('code')}: {f.get('message')} (field {f.get('field')})",
-            _smoke_step(f, req.image),
+        return [
+            _blocker(
+                "smoke",
+                f"{f.get('code')}: {f.get('message')} (field {f.get('field')})",
+                _smoke_step(f, image),
+            )
+        ]
+    if m.result is None:
+        return []
+    blockers = [
+        _blocker(
+            "accuracy",
+            f"original fails its own accuracy rule on case {s.case}: {s.accuracy.detail}",
+            "fix the reference or loosen the tolerance",
         )
-    elif m.result is not None:
-        for s in m.result.series:
-            if not s.accuracy.passed:
-                block(
-                    "accuracy",
-                    f"original fails its own accuracy rule on case {s.case}: {s.accuracy.detail}",
-                    "fix the reference or loosen the tolerance",
-                )
-        for v in m.result.integrity:
-            block("integrity", v, "the original must not trip the driver's integrity checks")
-    if blockers:
-        return {"ready": False, "blockers": blockers, "smoke": m.invocation.model_dump()}, int(Exit.FAILED)
-    target = target.model_copy(update={"identity": m.identity, "smoke": m.invocation, "ran_on": m.ran_on})
-    target = target.model_copy(update={"plan": _sized(store, target, req, progress, executor)})
-    ref = _put_record(store, "targets", tid, target)
-    return {
-        "ready": True,
-        "target": ref.model_dump(),
-        "snapshot": snap.sha256,
-        "smoke": m.invocation.model_dump(),
-        "identity": m.identity.model_dump(mode="json") if m.identity else None,
-        "ran_on": _ran_on_doc(m),
-    }, int(Exit.DONE)
+        for s in m.result.series
+        if not s.accuracy.passed
+    ]
+    return blockers + [
+        _blocker("integrity", v, "the original must not trip the driver's integrity checks")
+        for v in m.result.integrity
+    ]
 
 
 SIZING_RUNS = 64  # a sizing block's runs: the window's fixed cost spread 64 ways
