@@ -40,7 +40,6 @@ LONG: dict[str, str] = {
     "operations/ops/measure.py:run_driver": _SPLIT,
     "runner/sandbox.py:run": "create, attach, start, wait, stop, collect, remove: every exit path removes",
     "runner/sandbox.py:container_kwargs": "every hardening option of a container, in one place to audit",
-    "runner/workflow/measure.py:run_measurement": _SPLIT,
     "runner/demo.py:run_demo": "the demo's eight steps in order, each a few lines",
     "runner/doctor.py:diagnose": "one check after another, each a few lines",
     "runner/hostpath.py:walk": "the host path walk: every refusal beside the check that makes it",
