@@ -37,7 +37,6 @@ LONG: dict[str, str] = {
     "operations/driver.py:main": "argument parsing of the helper's command line",
     "operations/supervisor.py:timed": "the timed window: freeze, bracket, run, fetch, thaw in one visible order",
     "operations/stats.py:sequential_compare": "the sequential test's looks, in the order the plan declares",
-    "operations/ops/measure.py:run_driver": _SPLIT,
     "runner/sandbox.py:run": "create, attach, start, wait, stop, collect, remove: every exit path removes",
     "runner/sandbox.py:container_kwargs": "every hardening option of a container, in one place to audit",
     "runner/demo.py:run_demo": "the demo's eight steps in order, each a few lines",
