@@ -31,7 +31,6 @@ LONG: dict[str, str] = {
     + " (the reference path of the native scanner)",
     "operations/evidence/torch_trace.py:scan_events": _PARSER + " (the msgspec path)",
     "operations/evidence/sass.py:parse_ptxas": _PARSER,
-    "operations/evidence/execution_map.py:execution_map": _SPLIT,
     "operations/evidence/trace_native.py:__init__": "binds the C scanner's symbols and their ctypes signatures",
     "operations/driver.py:drive": "the hand-written drivers' helper, kept as it was for harness_trusted runs",
     "operations/driver.py:main": "argument parsing of the helper's command line",
