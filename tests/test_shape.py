@@ -21,7 +21,6 @@ PACKAGES = ("runner", "operations", "knowledge")
 _PARSER = "one pass over a report's rows that carries its state from row to row"
 _SPLIT = "still to split (issue 23)"
 LONG: dict[str, str] = {
-    "operations/evidence/nsys.py:_facts": _PARSER + "; " + _SPLIT,
     "operations/evidence/ncu.py:_parse_details": _PARSER,
     "operations/evidence/ncu.py:parse_ncu_csv": _PARSER,
     "operations/evidence/ncu.py:_parse_raw": _PARSER,
