@@ -566,18 +566,38 @@ def engine_build(
     progress: Progress,
     build_args: dict[str, str],
 ) -> ImageEntry:
-    from docker.errors import APIError, BuildError
-
-    py = "3.11" if recipe.name != "cuda" else os.environ.get("CKO_CUDA_PYTHON", "3.12")
-    req = assets_root() / "images" / "requirements-cpu.txt"
-    lines = [ln.strip() for ln in req.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-    wheels, hashes = ensure_wheels(lines, py, False, progress)
+    wheels, hashes = _cpu_wheels(recipe, progress)
     try:
         native.build(progress=progress)
     except RuntimeError as exc:
         raise unavailable(f"building the trace scanner failed: {exc}", field="native") from None
+    buildargs, inputs = _build_args(client, recipe, offline, base_image, build_args)
+    inputs = {"wheels": hashes} | inputs
+    ctx = _context(recipe, wheels)
+    tag = f"cko/{recipe.name}:build"
+    progress(f"docker build {recipe.name} (network none)")
+    try:
+        image_id = _docker_build(client, recipe.name, ctx, tag, buildargs, progress)
+    finally:
+        shutil.rmtree(ctx, ignore_errors=True)
+    return _dockerfile_entry(client, recipe, client.images.get(image_id or tag), tag, inputs)
+
+
+def _cpu_wheels(recipe: Recipe, progress: Progress) -> tuple[Path, dict[str, str]]:
+    """The wheels of the cpu requirements for the image's Python (the cuda image may have another)."""
+    py = "3.11" if recipe.name != "cuda" else os.environ.get("CKO_CUDA_PYTHON", "3.12")
+    req = assets_root() / "images" / "requirements-cpu.txt"
+    lines = [ln.strip() for ln in req.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    return ensure_wheels(lines, py, False, progress)
+
+
+def _build_args(
+    client: Any, recipe: Recipe, offline: bool, base_image: str | None, build_args: dict[str, str]
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """The build arguments with the base image the Dockerfile starts from, and the inputs to record
+    (the user's build arguments and that base)."""
     buildargs = dict(build_args)
-    inputs: dict[str, Any] = {"wheels": hashes} | ({"build_args": dict(buildargs)} if buildargs else {})
+    inputs: dict[str, Any] = {"build_args": dict(buildargs)} if buildargs else {}
     if base_image:
         buildargs["BASE_IMAGE"] = base_image
         inputs["base"] = {"kind": "given", "image": base_image}
@@ -593,9 +613,15 @@ def engine_build(
             )
         buildargs["BASE_IMAGE"] = cpu.image_id
         inputs["base"] = {"kind": "recipe", "name": "cpu", "image_id": cpu.image_id}
-    ctx = _context(recipe, wheels)
-    tag = f"cko/{recipe.name}:build"
-    progress(f"docker build {recipe.name} (network none)")
+    return buildargs, inputs
+
+
+def _docker_build(
+    client: Any, name: str, ctx: Path, tag: str, buildargs: dict[str, str], progress: Progress
+) -> str | None:
+    """Build the context with no network; the built image's id, when the engine reported it."""
+    from docker.errors import APIError, BuildError
+
     image_id, log_tail = None, list[str]()
     try:
         for chunk in client.api.build(
@@ -615,20 +641,23 @@ def engine_build(
                     progress(line)
             if "error" in chunk:
                 raise unavailable(
-                    f"docker build of {recipe.name} failed: {chunk['error'].strip()} | "
-                    + " | ".join(log_tail[-5:]),
+                    f"docker build of {name} failed: {chunk['error'].strip()} | " + " | ".join(log_tail[-5:]),
                     code="build_failed",
                 )
             if "aux" in chunk and "ID" in chunk["aux"]:
                 image_id = chunk["aux"]["ID"]
     except (APIError, BuildError) as exc:
-        raise unavailable(f"docker build of {recipe.name} failed: {exc}", code="build_failed") from None
-    finally:
-        shutil.rmtree(ctx, ignore_errors=True)
-    image = client.images.get(image_id or tag)
+        raise unavailable(f"docker build of {name} failed: {exc}", code="build_failed") from None
+    return image_id
+
+
+def _dockerfile_entry(
+    client: Any, recipe: Recipe, image: Any, build_tag: str, inputs: dict[str, Any]
+) -> ImageEntry:
+    """Tag the built image by its id (dropping the build tag) and describe it for the lock."""
     hexid = str(image.id).split(":", 1)[1]
     image.tag(f"cko/{recipe.name}", hexid[:12])
-    client.api.remove_image(tag, noprune=True)  # keep only the tag named by the id
+    client.api.remove_image(build_tag, noprune=True)  # keep only the tag named by the id
     df = recipe_file(recipe, recipe.dockerfile or "")
     return ImageEntry(
         name=recipe.name,

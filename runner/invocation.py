@@ -309,6 +309,48 @@ def execute(
         remove_tree(staging)
 
 
+@dataclass
+class _Target:
+    """What an admitted plan resolved to before anything is written: the image and the GPUs it gets."""
+
+    entry: img.ImageEntry
+    hg: gpumod.HostGpus
+    uuids: list[str]
+    mode: str
+
+
+@dataclass
+class _Claimed:
+    """One claimed invocation: what its steps share, and what a failure to start must release."""
+
+    store: Store
+    adm: pol.Admitted
+    req: InvocationRequest
+    ev: Events
+    request_sha: str
+    out_dir: Path | None = None
+    companions: StageWorkers | None = None
+    started_at: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.req.id
+
+    @property
+    def plan(self) -> Plan:
+        return self.adm.plan
+
+
+@dataclass
+class _Ran:
+    """A container that ran to its end, and what was gathered around it."""
+
+    run: sandbox.ContainerRun
+    series: dict[str, Any] | None  # the GPU telemetry, when asked for
+    identity: EnvironmentIdentity
+    out_dir: Path
+
+
 def _execute_admitted(
     store: Store,
     adm: pol.Admitted,
@@ -317,8 +359,38 @@ def _execute_admitted(
     keep_outputs: bool,
     recording_refusals: Callable[[], Any],
 ) -> Outcome:
-    plan, policy = adm.plan, adm.policy.policy
+    """The invocation's life in the order a crash must be recoverable: claim, request, locks and
+    container, collect, result."""
+    plan = adm.plan
     client = img.docker_client()
+    target = _resolve_target(store, adm, client, recording_refusals)
+    inv_id = new_id("inv")
+    d = inv_dir(store, inv_id)
+    with claim(store, inv_id):
+        req = _request(adm, inv_id, target.entry.image_id, target.uuids, target.mode)
+        write_new(d / "request.json", canonical_bytes(req))
+        inv = _Claimed(store, adm, req, Events(d / "events.jsonl"), sha256_file(d / "request.json"))
+        inv.ev("created", {"op": plan.op, "label": plan.label})
+        try:
+            ran = _launch(inv, client, target, progress or (lambda _m: None))
+        except CkoError as err:
+            _record_failed_start(inv, err)
+            raise
+        _hand_back_worker_outputs(inv, ran.out_dir)
+        refs, meta, problems = outdir.collect(store, ran.out_dir, adm.limits)
+        inv.ev("collected", {"outputs": len(refs), "problems": problems})
+        res = _record_terminal(inv, ran, refs, meta, problems)
+    outcome = Outcome(id=inv_id, result=res, out_dir=ran.out_dir, meta=meta)
+    if not keep_outputs:
+        outcome.close()
+    return outcome
+
+
+def _resolve_target(
+    store: Store, adm: pol.Admitted, client: Any, recording_refusals: Callable[[], Any]
+) -> _Target:
+    """The image and GPUs the plan names, each checked against the policy (a refusal is recorded)."""
+    plan, policy = adm.plan, adm.policy.policy
     entry = img.resolve(plan.image, client)
     with recording_refusals():
         pol.check_image(policy, entry.image_id)
@@ -327,194 +399,232 @@ def _execute_admitted(
     uuids = _resolve_gpus(plan, hg)
     with recording_refusals():
         pol.check_gpus(policy, uuids)
-    mode = "none"
-    if uuids:
-        checks = gpumod.check_modes(client.info(), hg)
-        mode = plan.gpu_mode or gpumod.pick_mode(checks)
-        usable = {c.mode: c for c in checks}
-        if mode not in usable or not usable[mode].usable:
-            raise unavailable(
-                f"GPU passthrough mode {mode} is not usable: {usable.get(mode) and usable[mode].reason}",
-                code="passthrough_unavailable",
-                field="gpu_mode",
-            )
-    inv_id = new_id("inv")
-    d = inv_dir(store, inv_id)
-    with claim(store, inv_id):
-        req = _request(adm, inv_id, entry.image_id, uuids, mode)
-        write_new(d / "request.json", canonical_bytes(req))
-        request_sha = sha256_file(d / "request.json")
-        ev = Events(d / "events.jsonl")
-        ev("created", {"op": plan.op, "label": plan.label})
-        say = progress or (lambda _m: None)
-        out_dir: Path | None = None
-        companions: StageWorkers | None = None
-        started_at = None
-        try:
-            with _gpu_locks(uuids, plan.lock_timeout_s, inv_id):
-                ev("locks_acquired", {"gpus": uuids})
-                identity = EnvironmentIdentity(
-                    image=ImageIdentity(
-                        name=plan.image,
-                        ref=entry.tag,
-                        id=entry.image_id,
-                        repo_digests=list(client.images.get(entry.image_id).attrs.get("RepoDigests") or []),
-                    ),
-                    engine=engine_identity(client),
-                    passthrough=mode,
-                    driver_version=hg.driver_version if uuids else None,
-                    cuda_driver_version=hg.cuda_driver_version if uuids else None,
-                    devices=[dv for dv in hg.devices if dv.uuid in uuids],
-                    host=host_identity(),
-                )
-                out_dir, bounded = outdir.make(store.scratch(inv_id), req.user, adm.limits)
-                if not bounded:
-                    ev(
-                        "output_unbounded",
-                        {
-                            "reason": "the controller is not root: /cko/out is a plain directory, "
-                            "bounded only when collected"
-                        },
-                    )
-                grant = gpumod.grant(mode, uuids, hg)
-                command = plan.command
-                if plan.wrap:
-                    command = [
-                        "/opt/cko/bin/python",
-                        "-I",
-                        "-m",
-                        "operations",
-                        "run",
-                        "--meta",
-                        f"/cko/out/{META_DIR}",
-                        "--",
-                        *plan.command,
-                    ]
-                spec = sandbox.ContainerSpec(
-                    image_id=entry.image_id,
-                    command=command,
-                    mounts=[
-                        *(sandbox.Mount(m.source, m.target, m.read_only) for m in adm.mounts),
-                        sandbox.Mount(str(out_dir), "/cko/out", read_only=False),
-                    ],
-                    env={"CKO_INVOCATION": inv_id, **adm.env},
-                    user=req.user,
-                    workdir=plan.workdir,
-                    limits=adm.limits,
-                    gpu=grant,
-                    labels={
-                        f"{sandbox.LABEL}.store": str(store.root),
-                        f"{sandbox.LABEL}.invocation": inv_id,
-                        f"{sandbox.LABEL}.controller-pid": str(os.getpid()),
-                        f"{sandbox.LABEL}.host": identity.host.host_id,
-                    },
-                    timeout_s=adm.timeout_s,
-                    stop_grace_s=plan.stop_grace_s,
-                    cleanup_timeout_s=plan.cleanup_timeout_s,
-                )
-                if plan.workers:
-                    companions = _stage_workers(store, inv_id, plan, spec, req.user)
-                sampler = None
-                if plan.telemetry:
-                    from .telemetry import Sampler
+    mode = _passthrough_mode(plan, client, hg) if uuids else "none"
+    return _Target(entry, hg, uuids, mode)
 
-                    sampler = Sampler(uuids)
-                    sampler.start()
-                started_at = now_iso()
-                say(f"running {plan.label or plan.op} in {plan.image} ({entry.image_id[7:19]})")
-                cancel_marker = d / "cancel"
 
-                def on_event(name: str, data: dict[str, Any]) -> None:
-                    ev(name, data)
-                    if sampler is not None and name == "container_started":
-                        sampler.container_ids.append(data["container_id"])
+def _passthrough_mode(plan: Plan, client: Any, hg: gpumod.HostGpus) -> str:
+    """The GPU passthrough mode asked for, or the best usable one; unavailable when it is not usable."""
+    checks = gpumod.check_modes(client.info(), hg)
+    mode = plan.gpu_mode or gpumod.pick_mode(checks)
+    usable = {c.mode: c for c in checks}
+    if mode not in usable or not usable[mode].usable:
+        raise unavailable(
+            f"GPU passthrough mode {mode} is not usable: {usable.get(mode) and usable[mode].reason}",
+            code="passthrough_unavailable",
+            field="gpu_mode",
+        )
+    return mode
 
-                try:
-                    run = sandbox.run(
-                        client, spec, on_event, cancelled=cancel_marker.exists, companions=companions
-                    )
-                finally:
-                    series = sampler.stop() if sampler else None
-        except CkoError as err:
-            ev("failed_to_start", {"error": err.code, "reason": err.message})
-            res = InvocationResult(
-                id=inv_id,
-                op=plan.op,
-                state="failed" if err.exit_code != Exit.TIMED_OUT else "timed_out",
-                exit_code=int(err.exit_code),
-                reason=err.message,
-                ended_at=now_iso(),
-                request_sha256=request_sha,
-                events_sha256=_events_sha(store, inv_id),
+
+def _launch(inv: _Claimed, client: Any, target: _Target, say: Callable[[str], None]) -> _Ran:
+    """Under the GPU locks: the output area, the container (and its stage's workers), run to its end."""
+    plan = inv.plan
+    with _gpu_locks(target.uuids, plan.lock_timeout_s, inv.id):
+        inv.ev("locks_acquired", {"gpus": target.uuids})
+        identity = _environment_identity(plan, client, target)
+        out_dir, bounded = outdir.make(inv.store.scratch(inv.id), inv.req.user, inv.adm.limits)
+        inv.out_dir = out_dir  # from here a failure to start releases it
+        if not bounded:
+            inv.ev(
+                "output_unbounded",
+                {
+                    "reason": "the controller is not root: /cko/out is a plain directory, "
+                    "bounded only when collected"
+                },
             )
-            with store.writer():
-                _write_result(store, inv_id, res)
-            if companions is not None:
-                companions.release_outputs()
-            if out_dir is not None:
-                outdir.release(out_dir.parent)
-            err.detail = {"invocation": inv_id}
-            raise
-        if companions is not None:
-            ev("worker_logs", {k: v[-2000:].decode("utf-8", "replace") for k, v in companions.logs.items()})
-            kept = companions.hand_back(out_dir)
-            if kept:
-                ev("worker_outputs", {"problems": kept})
-        refs, meta, problems = outdir.collect(store, out_dir, adm.limits)
-        ev("collected", {"outputs": len(refs), "problems": problems})
-        state, code, reason = _terminal(run, meta, d / "cancel")
-        with store.writer():
-            so = store.put_bytes(run.stdout)
-            se = store.put_bytes(run.stderr)
-            tel_ref = None
-            tel_summary = None
-            if series is not None:
-                t = store.put_json(series)
-                tel_ref = ObjectRef(sha256=t["sha256"], size=t["size"], name="telemetry.json")
-                tel_summary = series.get("summary")
-            probe = meta.get("probe.json")
-            if isinstance(probe, dict):
-                seen = probe.get("probed")
-                identity = identity.model_copy(
-                    update={
-                        "tools": probe.get("tools", {}),
-                        "probed": [str(x) for x in seen] if isinstance(seen, list) else None,
-                    }
-                )
-            res = InvocationResult(
-                id=inv_id,
-                op=plan.op,
-                state=state,
-                exit_code=code,
-                container_exit_code=run.exit_code,
-                reason=reason
-                if not problems
-                else (reason or "") + ("; " if reason else "") + "; ".join(problems),
-                started_at=started_at,
-                ended_at=now_iso(),
-                duration_s=round(run.ended_at - run.started_at, 3),
-                identity=identity,
-                cleanup=run.cleanup.as_dict(),
-                stdout_tail=run.stdout[-TAIL_CHARS:].decode("utf-8", "replace"),
-                stderr_tail=run.stderr[-TAIL_CHARS:].decode("utf-8", "replace"),
-                stdout=ObjectRef(sha256=so["sha256"], size=so["size"], name="stdout"),
-                stderr=ObjectRef(sha256=se["sha256"], size=se["size"], name="stderr"),
-                stdout_bytes=run.stdout_bytes,
-                stderr_bytes=run.stderr_bytes,
-                outputs=refs,
-                probe=probe if isinstance(probe, dict) else None,
-                telemetry=tel_ref,
-                telemetry_summary=tel_summary,
-                request_sha256=request_sha,
-                events_sha256=None,
-            )
-            ev("terminal", {"state": state, "exit_code": code})
-            res = res.model_copy(update={"events_sha256": _events_sha(store, inv_id)})
-            _write_result(store, inv_id, res)
-    outcome = Outcome(id=inv_id, result=res, out_dir=out_dir, meta=meta)
-    if not keep_outputs:
-        outcome.close()
-    return outcome
+        spec = _container_spec(inv, target, out_dir, identity.host.host_id)
+        if plan.workers:
+            inv.companions = _stage_workers(inv.store, inv.id, plan, spec, inv.req.user)
+        run, series = _run_sampled(inv, client, spec, target.uuids, say)
+    return _Ran(run, series, identity, out_dir)
+
+
+def _environment_identity(plan: Plan, client: Any, target: _Target) -> EnvironmentIdentity:
+    hg, uuids = target.hg, target.uuids
+    return EnvironmentIdentity(
+        image=ImageIdentity(
+            name=plan.image,
+            ref=target.entry.tag,
+            id=target.entry.image_id,
+            repo_digests=list(client.images.get(target.entry.image_id).attrs.get("RepoDigests") or []),
+        ),
+        engine=engine_identity(client),
+        passthrough=target.mode,
+        driver_version=hg.driver_version if uuids else None,
+        cuda_driver_version=hg.cuda_driver_version if uuids else None,
+        devices=[dv for dv in hg.devices if dv.uuid in uuids],
+        host=host_identity(),
+    )
+
+
+def _container_command(plan: Plan) -> list[str]:
+    """The command as the container runs it: wrapped, `operations run` probes and checks the GPUs first."""
+    if not plan.wrap:
+        return plan.command
+    return [
+        "/opt/cko/bin/python",
+        "-I",
+        "-m",
+        "operations",
+        "run",
+        "--meta",
+        f"/cko/out/{META_DIR}",
+        "--",
+        *plan.command,
+    ]
+
+
+def _container_spec(inv: _Claimed, target: _Target, out_dir: Path, host_id: str) -> sandbox.ContainerSpec:
+    plan, adm = inv.plan, inv.adm
+    return sandbox.ContainerSpec(
+        image_id=target.entry.image_id,
+        command=_container_command(plan),
+        mounts=[
+            *(sandbox.Mount(m.source, m.target, m.read_only) for m in adm.mounts),
+            sandbox.Mount(str(out_dir), "/cko/out", read_only=False),
+        ],
+        env={"CKO_INVOCATION": inv.id, **adm.env},
+        user=inv.req.user,
+        workdir=plan.workdir,
+        limits=adm.limits,
+        gpu=gpumod.grant(target.mode, target.uuids, target.hg),
+        labels={
+            f"{sandbox.LABEL}.store": str(inv.store.root),
+            f"{sandbox.LABEL}.invocation": inv.id,
+            f"{sandbox.LABEL}.controller-pid": str(os.getpid()),
+            f"{sandbox.LABEL}.host": host_id,
+        },
+        timeout_s=adm.timeout_s,
+        stop_grace_s=plan.stop_grace_s,
+        cleanup_timeout_s=plan.cleanup_timeout_s,
+    )
+
+
+def _run_sampled(
+    inv: _Claimed, client: Any, spec: sandbox.ContainerSpec, uuids: list[str], say: Callable[[str], None]
+) -> tuple[sandbox.ContainerRun, dict[str, Any] | None]:
+    """Run the container, with the GPU telemetry sampler (when asked for) following it."""
+    plan = inv.plan
+    sampler = None
+    if plan.telemetry:
+        from .telemetry import Sampler
+
+        sampler = Sampler(uuids)
+        sampler.start()
+    inv.started_at = now_iso()
+    say(f"running {plan.label or plan.op} in {plan.image} ({spec.image_id[7:19]})")
+    cancel_marker = inv_dir(inv.store, inv.id) / "cancel"
+
+    def on_event(name: str, data: dict[str, Any]) -> None:
+        inv.ev(name, data)
+        if sampler is not None and name == "container_started":
+            sampler.container_ids.append(data["container_id"])
+
+    try:
+        run = sandbox.run(client, spec, on_event, cancelled=cancel_marker.exists, companions=inv.companions)
+    finally:
+        series = sampler.stop() if sampler else None
+    return run, series
+
+
+def _record_failed_start(inv: _Claimed, err: CkoError) -> None:
+    """Record the result of an invocation whose container never ran to its end, release what it held,
+    and name the invocation in the error about to be raised."""
+    inv.ev("failed_to_start", {"error": err.code, "reason": err.message})
+    res = InvocationResult(
+        id=inv.id,
+        op=inv.plan.op,
+        state="failed" if err.exit_code != Exit.TIMED_OUT else "timed_out",
+        exit_code=int(err.exit_code),
+        reason=err.message,
+        ended_at=now_iso(),
+        request_sha256=inv.request_sha,
+        events_sha256=_events_sha(inv.store, inv.id),
+    )
+    with inv.store.writer():
+        _write_result(inv.store, inv.id, res)
+    if inv.companions is not None:
+        inv.companions.release_outputs()
+    if inv.out_dir is not None:
+        outdir.release(inv.out_dir.parent)
+    err.detail = {"invocation": inv.id}
+
+
+def _hand_back_worker_outputs(inv: _Claimed, out_dir: Path) -> None:
+    """The stage's workers' log tails go to the events, their outputs into the supervisor's."""
+    if inv.companions is None:
+        return
+    logs = inv.companions.logs
+    inv.ev("worker_logs", {k: v[-2000:].decode("utf-8", "replace") for k, v in logs.items()})
+    kept = inv.companions.hand_back(out_dir)
+    if kept:
+        inv.ev("worker_outputs", {"problems": kept})
+
+
+def _record_terminal(
+    inv: _Claimed, ran: _Ran, refs: list[ObjectRef], meta: dict[str, Any], problems: list[str]
+) -> InvocationResult:
+    """Store the streams and telemetry, write the terminal result (its events hashed last)."""
+    store, run, identity = inv.store, ran.run, ran.identity
+    state, code, reason = _terminal(run, meta, inv_dir(store, inv.id) / "cancel")
+    with store.writer():
+        so = store.put_bytes(run.stdout)
+        se = store.put_bytes(run.stderr)
+        tel_ref, tel_summary = _stored_telemetry(store, ran.series)
+        probe = meta.get("probe.json")
+        if isinstance(probe, dict):
+            identity = _with_probe(identity, probe)
+        res = InvocationResult(
+            id=inv.id,
+            op=inv.plan.op,
+            state=state,
+            exit_code=code,
+            container_exit_code=run.exit_code,
+            reason=reason
+            if not problems
+            else (reason or "") + ("; " if reason else "") + "; ".join(problems),
+            started_at=inv.started_at,
+            ended_at=now_iso(),
+            duration_s=round(run.ended_at - run.started_at, 3),
+            identity=identity,
+            cleanup=run.cleanup.as_dict(),
+            stdout_tail=run.stdout[-TAIL_CHARS:].decode("utf-8", "replace"),
+            stderr_tail=run.stderr[-TAIL_CHARS:].decode("utf-8", "replace"),
+            stdout=ObjectRef(sha256=so["sha256"], size=so["size"], name="stdout"),
+            stderr=ObjectRef(sha256=se["sha256"], size=se["size"], name="stderr"),
+            stdout_bytes=run.stdout_bytes,
+            stderr_bytes=run.stderr_bytes,
+            outputs=refs,
+            probe=probe if isinstance(probe, dict) else None,
+            telemetry=tel_ref,
+            telemetry_summary=tel_summary,
+            request_sha256=inv.request_sha,
+            events_sha256=None,
+        )
+        inv.ev("terminal", {"state": state, "exit_code": code})
+        res = res.model_copy(update={"events_sha256": _events_sha(store, inv.id)})
+        _write_result(store, inv.id, res)
+    return res
+
+
+def _stored_telemetry(store: Store, series: dict[str, Any] | None) -> tuple[ObjectRef | None, Any]:
+    """The sampled series as a stored object, and its summary for the result."""
+    if series is None:
+        return None, None
+    t = store.put_json(series)
+    return ObjectRef(sha256=t["sha256"], size=t["size"], name="telemetry.json"), series.get("summary")
+
+
+def _with_probe(identity: EnvironmentIdentity, probe: dict[str, Any]) -> EnvironmentIdentity:
+    """The identity with the tools the in-container probe found (and what it probed)."""
+    seen = probe.get("probed")
+    return identity.model_copy(
+        update={
+            "tools": probe.get("tools", {}),
+            "probed": [str(x) for x in seen] if isinstance(seen, list) else None,
+        }
+    )
 
 
 def ctl_directory(inv_id: str) -> Path:

@@ -21,7 +21,6 @@ PACKAGES = ("runner", "operations", "knowledge")
 _PARSER = "one pass over a report's rows that carries its state from row to row"
 _SPLIT = "still to split (issue 23)"
 LONG: dict[str, str] = {
-    "operations/evidence/nsys.py:_facts": _PARSER + "; " + _SPLIT,
     "operations/evidence/ncu.py:_parse_details": _PARSER,
     "operations/evidence/ncu.py:parse_ncu_csv": _PARSER,
     "operations/evidence/ncu.py:_parse_raw": _PARSER,
@@ -31,25 +30,14 @@ LONG: dict[str, str] = {
     + " (the reference path of the native scanner)",
     "operations/evidence/torch_trace.py:scan_events": _PARSER + " (the msgspec path)",
     "operations/evidence/sass.py:parse_ptxas": _PARSER,
-    "operations/evidence/execution_map.py:execution_map": _SPLIT,
     "operations/evidence/trace_native.py:__init__": "binds the C scanner's symbols and their ctypes signatures",
     "operations/driver.py:drive": "the hand-written drivers' helper, kept as it was for harness_trusted runs",
     "operations/driver.py:main": "argument parsing of the helper's command line",
     "operations/supervisor.py:timed": "the timed window: freeze, bracket, run, fetch, thaw in one visible order",
     "operations/stats.py:sequential_compare": "the sequential test's looks, in the order the plan declares",
-    "operations/ops/measure.py:run_driver": _SPLIT,
-    "runner/invocation.py:_execute_admitted": "the invocation's life (lock, ledger, container, result) "
-    "in the order a crash must be recoverable; " + _SPLIT,
     "runner/sandbox.py:run": "create, attach, start, wait, stop, collect, remove: every exit path removes",
     "runner/sandbox.py:container_kwargs": "every hardening option of a container, in one place to audit",
-    "runner/verify.py:verify_store": _SPLIT,
-    "runner/workflow/ops.py:baseline": _SPLIT,
-    "runner/workflow/ops.py:readiness": _SPLIT,
-    "runner/workflow/experiment.py:experiment": _SPLIT,
-    "runner/workflow/analysis.py:analyse_case": _SPLIT,
-    "runner/workflow/measure.py:run_measurement": _SPLIT,
     "runner/demo.py:run_demo": "the demo's eight steps in order, each a few lines",
-    "runner/imagebuild.py:engine_build": _SPLIT,
     "runner/doctor.py:diagnose": "one check after another, each a few lines",
     "runner/hostpath.py:walk": "the host path walk: every refusal beside the check that makes it",
     "runner/operation.py:run_operation": _SPLIT,

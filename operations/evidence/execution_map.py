@@ -319,17 +319,53 @@ def execution_map(
         raise Refusal("too_large", f"{len(intervals)} intervals; at most {MAX_INTERVALS}", field="intervals")
     excluders = [_Matcher(s) for s in exclude]
     kept = [iv for iv in intervals if not any(m(iv) for m in excluders)] if excluders else list(intervals)
-    n_excluded = len(intervals) - len(kept)
-    if window is None:
-        if not kept:
-            raise Refusal("empty", "no intervals (after exclusions) and no window", field="intervals")
-        w0 = min(iv.start_ns for iv in kept)
-        w1 = max(iv.end_ns for iv in kept)
-        if w1 <= w0:
-            raise Refusal("empty", "the intervals span no time", field="intervals")
-    else:
-        w0, w1 = window
+    w0, w1 = _window(kept, window)
     wlen = w1 - w0
+    clipped, outside = _clip(kept, w0, w1)
+    lane_spans, counts = _lane_spans(clipped)
+    union = merge(sp for spans in lane_spans.values() for sp in spans)
+    ubusy = total(union)
+    overlaps, omitted = _overlaps(lane_spans, wlen)
+    idle = gaps(union, w0, w1)
+    return ExecutionMapFacts(
+        **report,
+        window_start_ns=w0,
+        window_end_ns=w1,
+        window_ns=wlen,
+        window_given=window is not None,
+        intervals=len(clipped),
+        intervals_excluded=len(intervals) - len(kept),
+        intervals_outside_window=outside,
+        lanes=[
+            _coverage(lane, lane_spans[lane], counts[lane], w0, w1, max_gaps) for lane in sorted(lane_spans)
+        ],
+        union_busy_ns=ubusy,
+        union_coverage=ubusy / wlen,
+        concurrent_ns=_concurrent(lane_spans),
+        overlaps=overlaps,
+        overlaps_omitted=omitted,
+        idle_total_ns=total(idle),
+        idle_gaps=len(idle),
+        largest_idle_gaps=_largest(idle, max_gaps),
+        removable=[_removable(sel, clipped, wlen) for sel in remove],
+    )
+
+
+def _window(kept: Sequence[Interval], window: tuple[int, int] | None) -> tuple[int, int]:
+    """The window given, or the span of the kept intervals (refused when they span no time)."""
+    if window is not None:
+        return window
+    if not kept:
+        raise Refusal("empty", "no intervals (after exclusions) and no window", field="intervals")
+    w0 = min(iv.start_ns for iv in kept)
+    w1 = max(iv.end_ns for iv in kept)
+    if w1 <= w0:
+        raise Refusal("empty", "the intervals span no time", field="intervals")
+    return w0, w1
+
+
+def _clip(kept: Sequence[Interval], w0: int, w1: int) -> tuple[list[Interval], int]:
+    """The intervals cut to the window, and how many fell wholly outside it."""
     clipped: list[Interval] = []
     outside = 0
     for iv in kept:
@@ -338,28 +374,36 @@ def execution_map(
             outside += 1
             continue
         clipped.append(iv if (s, e) == (iv.start_ns, iv.end_ns) else Interval(iv.lane, iv.name, s, e))
+    return clipped, outside
+
+
+def _lane_spans(clipped: Sequence[Interval]) -> tuple[dict[str, list[tuple[int, int]]], dict[str, int]]:
+    """Each lane's busy time as merged spans, and its interval count."""
     by_lane: dict[str, list[tuple[int, int]]] = {}
     counts: dict[str, int] = {}
     for iv in clipped:
         by_lane.setdefault(iv.lane, []).append((iv.start_ns, iv.end_ns))
         counts[iv.lane] = counts.get(iv.lane, 0) + 1
-    lane_spans = {lane: merge(sp) for lane, sp in by_lane.items()}
-    lanes = []
-    for lane in sorted(lane_spans):
-        spans = lane_spans[lane]
-        busy = total(spans)
-        lanes.append(
-            LaneCoverage(
-                lane=lane,
-                intervals=counts[lane],
-                busy_ns=busy,
-                coverage=busy / wlen,
-                idle_ns=wlen - busy,
-                largest_gaps=_largest(gaps(spans, w0, w1), max_gaps),
-            )
-        )
-    union = merge(sp for spans in lane_spans.values() for sp in spans)
-    ubusy = total(union)
+    return {lane: merge(sp) for lane, sp in by_lane.items()}, counts
+
+
+def _coverage(
+    lane: str, spans: list[tuple[int, int]], intervals: int, w0: int, w1: int, max_gaps: int
+) -> LaneCoverage:
+    busy = total(spans)
+    return LaneCoverage(
+        lane=lane,
+        intervals=intervals,
+        busy_ns=busy,
+        coverage=busy / (w1 - w0),
+        idle_ns=(w1 - w0) - busy,
+        largest_gaps=_largest(gaps(spans, w0, w1), max_gaps),
+    )
+
+
+def _overlaps(lane_spans: dict[str, list[tuple[int, int]]], wlen: int) -> tuple[list[LaneOverlap], int]:
+    """The lane pairs that overlap, largest first; at most MAX_LANE_PAIRS pairs are compared, the
+    number left uncompared is returned beside them."""
     names = sorted(lane_spans)
     overlaps = []
     pairs = 0
@@ -374,49 +418,29 @@ def execution_map(
             if ov:
                 overlaps.append(LaneOverlap(lanes=[a, b], overlap_ns=ov, fraction_of_window=ov / wlen))
     overlaps.sort(key=lambda o: (-o.overlap_ns, o.lanes))
-    idle = gaps(union, w0, w1)
-    removable = []
-    for sel in remove:
-        m = _Matcher(sel)
-        chosen: list[tuple[int, int]] = []
-        others: list[tuple[int, int]] = []
-        for iv in clipped:
-            (chosen if m(iv) else others).append((iv.start_ns, iv.end_ns))
-        su = merge(chosen)
-        ou = merge(others)
-        only = subtract(su, ou)
-        r = total(only)
-        removable.append(
-            Removable(
-                label=sel.label,
-                matched_intervals=len(chosen),
-                selected_total_ns=sum(e - s for s, e in chosen),
-                selected_union_ns=total(su),
-                overlapped_by_other_ns=total(su) - r,
-                removable_ns=r,
-                removable_fraction=r / wlen,
-                end_to_end_lower_bound_ns=wlen - r,
-            )
-        )
-    return ExecutionMapFacts(
-        **report,
-        window_start_ns=w0,
-        window_end_ns=w1,
-        window_ns=wlen,
-        window_given=window is not None,
-        intervals=len(clipped),
-        intervals_excluded=n_excluded,
-        intervals_outside_window=outside,
-        lanes=lanes,
-        union_busy_ns=ubusy,
-        union_coverage=ubusy / wlen,
-        concurrent_ns=_concurrent(lane_spans),
-        overlaps=overlaps,
-        overlaps_omitted=omitted,
-        idle_total_ns=total(idle),
-        idle_gaps=len(idle),
-        largest_idle_gaps=_largest(idle, max_gaps),
-        removable=removable,
+    return overlaps, omitted
+
+
+def _removable(sel: Selector, clipped: Sequence[Interval], wlen: int) -> Removable:
+    """What removing the selected intervals could save: the time only they occupy."""
+    m = _Matcher(sel)
+    chosen: list[tuple[int, int]] = []
+    others: list[tuple[int, int]] = []
+    for iv in clipped:
+        (chosen if m(iv) else others).append((iv.start_ns, iv.end_ns))
+    su = merge(chosen)
+    ou = merge(others)
+    only = subtract(su, ou)
+    r = total(only)
+    return Removable(
+        label=sel.label,
+        matched_intervals=len(chosen),
+        selected_total_ns=sum(e - s for s, e in chosen),
+        selected_union_ns=total(su),
+        overlapped_by_other_ns=total(su) - r,
+        removable_ns=r,
+        removable_fraction=r / wlen,
+        end_to_end_lower_bound_ns=wlen - r,
     )
 
 

@@ -25,7 +25,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
@@ -388,240 +388,312 @@ def parse_nsys_sqlite(
     db, schema, product, dialect, present, absent = open_export(path)
     try:
         return _facts(
-            db, digest, size, schema, product, dialect, present, absent, tool_version, bound_to, max_events
+            _Export(
+                db,
+                digest,
+                size,
+                schema,
+                product,
+                dialect,
+                present,
+                absent,
+                tool_version,
+                bound_to,
+                max_events,
+            )
         )
     finally:
         db.conn.close()
 
 
-def _facts(
-    db: _Db,
-    digest: str,
-    size: int,
-    schema: str,
-    product: str | None,
-    dialect: SchemaDialect,
-    present: list[str],
-    absent: list[str],
-    tool_version: str | None,
-    bound_to: Binding | None,
-    max_events: int,
-) -> NsysFacts:
-    if (
-        tool_version
-        and product
-        and not (product.startswith(tool_version) or tool_version.startswith(product))
-    ):
-        raise Refusal(
-            "version_conflict",
-            f"--tool-version {tool_version} disagrees with the export ({product})",
-            field="tool_version",
-        )
-    version, source = (product, "report") if product else (tool_version, "argument" if tool_version else None)
-    counts: dict[str, int] = {}
-    omitted: dict[str, int] = {}
-    for table in present:
-        counts[table] = int(db.q(f"SELECT count(*) FROM {table}")[0][0])
-    unresolved = 0
-    kernels: list[NsysKernel] = []
-    memcpys: list[NsysMemcpy] = []
-    memsets: list[NsysMemset] = []
-    calls: list[NsysApiCall] = []
-    nvtx: list[NsysNvtx] = []
-    ksum: list[NameSummary] = []
-    asum: list[NameSummary] = []
-    msum: list[NameSummary] = []
-    has_runtime = "CUPTI_ACTIVITY_KIND_RUNTIME" in present
-    if "CUPTI_ACTIVITY_KIND_KERNEL" in present:
-        has_mangled = "mangledName" in db.columns("CUPTI_ACTIVITY_KIND_KERNEL")
-        mangled = "m.value" if has_mangled else "NULL"
-        join_m = "LEFT JOIN StringIds m ON m.id = k.mangledName" if has_mangled else ""
-        sql = (
-            "SELECT k.start, k.end, k.deviceId, k.contextId, k.streamId, k.correlationId, d.value, sh.value, "
-            f"{mangled}, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ, k.registersPerThread, "
-            "k.staticSharedMemory, k.dynamicSharedMemory, k.localMemoryPerThread "
-            "FROM CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds d ON d.id = k.demangledName "
-            f"LEFT JOIN StringIds sh ON sh.id = k.shortName {join_m} ORDER BY k.start LIMIT ?"
-        )
-        for r in db.it(sql, (max_events,)):
-            start, end = _int(r[0]), _int(r[1])
-            if r[6] is None:
-                unresolved += 1
-            kernels.append(
-                NsysKernel(
-                    start_ns=start,
-                    end_ns=end,
-                    duration_ns=end - start,
-                    device=_int(r[2]),
-                    context=_int(r[3]),
-                    stream=_int(r[4]),
-                    correlation_id=r[5],
-                    name=r[6],
-                    short_name=r[7],
-                    mangled_name=r[8],
-                    grid=[_int(r[9]), _int(r[10]), _int(r[11])],
-                    block=[_int(r[12]), _int(r[13]), _int(r[14])],
-                    registers_per_thread=_int(r[15]),
-                    static_shared_memory_bytes=_int(r[16]),
-                    dynamic_shared_memory_bytes=_int(r[17]),
-                    local_memory_per_thread_bytes=_int(r[18]),
-                    launched_by=None,
-                )
-            )
-        if has_runtime and kernels:
-            launchers = _launchers(db, {k.correlation_id for k in kernels if k.correlation_id is not None})
-            kernels = [
-                k.model_copy(update={"launched_by": launchers.get(k.correlation_id)})
-                if k.correlation_id in launchers
-                else k
-                for k in kernels
-            ]
-        omitted["kernels"] = counts["CUPTI_ACTIVITY_KIND_KERNEL"] - len(kernels)
-        ksum = _summary(
-            db,
-            "SELECT d.value, count(*), sum(k.end - k.start), min(k.end - k.start), max(k.end - k.start) "
-            "FROM CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds d ON d.id = k.demangledName "
-            "GROUP BY k.demangledName ORDER BY sum(k.end - k.start) DESC, d.value",
-        )
-    kind_label = dict(MEMCPY_KINDS)
-    if "ENUM_CUDA_MEMCPY_OPER" in db.tables and {"id", "label"} <= db.columns("ENUM_CUDA_MEMCPY_OPER"):
-        for i, label in db.it("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER"):
-            if isinstance(i, int) and isinstance(label, str):
-                kind_label[i] = label
-    if "CUPTI_ACTIVITY_KIND_MEMCPY" in present:
-        per_kind: dict[str, list[int]] = {}
-        for r in db.it(
-            "SELECT start, end, deviceId, streamId, correlationId, bytes, copyKind FROM CUPTI_ACTIVITY_KIND_MEMCPY ORDER BY start"
-        ):
-            start, end = _int(r[0]), _int(r[1])
-            kind = kind_label.get(r[6], f"kind {r[6]}")
-            s = per_kind.setdefault(kind, [0, 0, 2**63, -(2**63)])
-            d = end - start
-            s[0] += 1
-            s[1] += d
-            s[2] = min(s[2], d)
-            s[3] = max(s[3], d)
-            if len(memcpys) < max_events:
-                memcpys.append(
-                    NsysMemcpy(
-                        start_ns=start,
-                        end_ns=end,
-                        duration_ns=d,
-                        device=_int(r[2]),
-                        stream=_int(r[3]),
-                        correlation_id=r[4],
-                        bytes=_int(r[5]),
-                        kind=kind,
-                    )
-                )
-        omitted["memcpys"] = counts["CUPTI_ACTIVITY_KIND_MEMCPY"] - len(memcpys)
-        msum = [
-            NameSummary(name=k, count=v[0], total_ns=v[1], min_ns=v[2], max_ns=v[3], mean_ns=v[1] / v[0])
-            for k, v in sorted(per_kind.items(), key=lambda kv: (-kv[1][1], kv[0]))
-        ]
-    if "CUPTI_ACTIVITY_KIND_MEMSET" in present:
-        for r in db.it(
-            "SELECT start, end, deviceId, streamId, correlationId, bytes, value FROM CUPTI_ACTIVITY_KIND_MEMSET "
-            "ORDER BY start LIMIT ?",
-            (max_events,),
-        ):
-            start, end = _int(r[0]), _int(r[1])
-            memsets.append(
-                NsysMemset(
-                    start_ns=start,
-                    end_ns=end,
-                    duration_ns=end - start,
-                    device=_int(r[2]),
-                    stream=_int(r[3]),
-                    correlation_id=r[4],
-                    bytes=_int(r[5]),
-                    value=_int(r[6]),
-                )
-            )
-        omitted["memsets"] = counts["CUPTI_ACTIVITY_KIND_MEMSET"] - len(memsets)
-    if has_runtime:
-        for r in db.it(
-            "SELECT r.start, r.end, s.value, r.correlationId, r.globalTid, r.returnValue FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
-            "LEFT JOIN StringIds s ON s.id = r.nameId ORDER BY r.start LIMIT ?",
-            (max_events,),
-        ):
-            start, end = _int(r[0]), _int(r[1])
-            if r[2] is None:
-                unresolved += 1
-            calls.append(
-                NsysApiCall(
-                    start_ns=start,
-                    end_ns=end,
-                    duration_ns=end - start,
-                    name=r[2],
-                    correlation_id=r[3],
-                    thread=r[4],
-                    return_value=_int(r[5]),
-                )
-            )
-        omitted["api_calls"] = counts["CUPTI_ACTIVITY_KIND_RUNTIME"] - len(calls)
-        asum = _summary(
-            db,
-            "SELECT s.value, count(*), sum(r.end - r.start), min(r.end - r.start), max(r.end - r.start) "
-            "FROM CUPTI_ACTIVITY_KIND_RUNTIME r LEFT JOIN StringIds s ON s.id = r.nameId "
-            "GROUP BY r.nameId ORDER BY sum(r.end - r.start) DESC, s.value",
-        )
-    if "NVTX_EVENTS" in present:
-        for r in db.it(
-            "SELECT n.start, n.end, n.eventType, coalesce(n.text, s.value), n.globalTid, n.domainId FROM NVTX_EVENTS n "
-            "LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType IN (34, 59, 60) ORDER BY n.start LIMIT ?",
-            (max_events,),
-        ):
-            nvtx.append(
-                NsysNvtx(
-                    start_ns=_int(r[0]),
-                    end_ns=r[1] if isinstance(r[1], int) else None,
-                    type=NVTX_TYPES.get(r[2], str(r[2])),
-                    text=r[3],
-                    thread=r[4],
-                    domain=r[5],
-                )
-            )
-        n_nvtx = int(db.q("SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (34, 59, 60)")[0][0])
-        omitted["nvtx"] = n_nvtx - len(nvtx)
-    w0 = w1 = None
-    if "ANALYSIS_DETAILS" in db.tables and {"startTime", "stopTime"} <= db.columns("ANALYSIS_DETAILS"):
-        row = db.q("SELECT min(startTime), max(stopTime) FROM ANALYSIS_DETAILS")
-        if row and isinstance(row[0][0], int) and isinstance(row[0][1], int):
-            w0, w1 = row[0][0], row[0][1]
-    gpus = _gpus(db)
+@dataclass(frozen=True)
+class _Export:
+    """An opened, checked export and what was asked of it: what every reader of its tables shares."""
+
+    db: _Db
+    digest: str
+    size: int
+    schema: str
+    product: str | None  # the nsys version that wrote it (EXPORT_PRODUCT_VERSION)
+    dialect: SchemaDialect
+    present: list[str]
+    absent: list[str]
+    tool_version: str | None  # the caller's --tool-version
+    bound_to: Binding | None
+    max_events: int
+
+
+@dataclass
+class _Events:
+    """The activity read so far: the events kept per kind (at most max_events each), the summaries
+    over every row, and what was counted on the way."""
+
+    counts: dict[str, int]
+    omitted: dict[str, int] = field(default_factory=dict)
+    kernels: list[NsysKernel] = field(default_factory=list)
+    memcpys: list[NsysMemcpy] = field(default_factory=list)
+    memsets: list[NsysMemset] = field(default_factory=list)
+    api_calls: list[NsysApiCall] = field(default_factory=list)
+    nvtx: list[NsysNvtx] = field(default_factory=list)
+    kernel_summary: list[NameSummary] = field(default_factory=list)
+    api_summary: list[NameSummary] = field(default_factory=list)
+    memcpy_summary: list[NameSummary] = field(default_factory=list)
+    unresolved: int = 0
+
+
+def _facts(x: _Export) -> NsysFacts:
+    version, source = _tool_version(x.product, x.tool_version)
+    ev = _read_events(x)
+    w0, w1 = _analysis_window(x.db)
+    gpus = _gpus(x.db)
     seen = ReportIdentity(
         gpu_name="; ".join(sorted({g.name for g in gpus if g.name})) or None,
         compute_capability="; ".join(sorted({g.compute_capability for g in gpus if g.compute_capability}))
         or None,
     )
     return NsysFacts(
-        report_sha256=digest,
-        report_bytes=size,
+        report_sha256=x.digest,
+        report_bytes=x.size,
         tool="nsys",
         tool_version=version,
         tool_version_source=source,
         parser=PARSER,
         parser_version=PARSER_VERSION,
-        dialect=dialect.name,
-        bound_to=bound_to,
+        dialect=x.dialect.name,
+        bound_to=x.bound_to,
         report_identity=seen,
-        identity_mismatch=identity_mismatches(bound_to, seen),
-        schema_version=schema,
-        tables_present=present,
-        tables_absent=absent,
+        identity_mismatch=identity_mismatches(x.bound_to, seen),
+        schema_version=x.schema,
+        tables_present=x.present,
+        tables_absent=x.absent,
         gpus=gpus,
         window_start_ns=w0,
         window_end_ns=w1,
-        counts=counts,
-        kernel_summary=ksum,
-        api_summary=asum,
-        memcpy_summary=msum,
-        kernels=kernels,
-        memcpys=memcpys,
-        memsets=memsets,
-        api_calls=calls,
-        nvtx=nvtx,
-        omitted=omitted,
-        unresolved_string_ids=unresolved,
+        counts=ev.counts,
+        kernel_summary=ev.kernel_summary,
+        api_summary=ev.api_summary,
+        memcpy_summary=ev.memcpy_summary,
+        kernels=ev.kernels,
+        memcpys=ev.memcpys,
+        memsets=ev.memsets,
+        api_calls=ev.api_calls,
+        nvtx=ev.nvtx,
+        omitted=ev.omitted,
+        unresolved_string_ids=ev.unresolved,
     )
+
+
+def _tool_version(product: str | None, given: str | None) -> tuple[str | None, str | None]:
+    """The nsys version and where it was read: the export's own, else the caller's (which must not
+    contradict the export's)."""
+    if given and product and not (product.startswith(given) or given.startswith(product)):
+        raise Refusal(
+            "version_conflict",
+            f"--tool-version {given} disagrees with the export ({product})",
+            field="tool_version",
+        )
+    return (product, "report") if product else (given, "argument" if given else None)
+
+
+def _read_events(x: _Export) -> _Events:
+    """Every activity table present, read in one fixed order (the first bad value refuses)."""
+    ev = _Events(counts={table: int(x.db.q(f"SELECT count(*) FROM {table}")[0][0]) for table in x.present})
+    if "CUPTI_ACTIVITY_KIND_KERNEL" in x.present:
+        _read_kernels(x, ev)
+    labels = _memcpy_labels(x.db)
+    if "CUPTI_ACTIVITY_KIND_MEMCPY" in x.present:
+        _read_memcpys(x, ev, labels)
+    if "CUPTI_ACTIVITY_KIND_MEMSET" in x.present:
+        _read_memsets(x, ev)
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" in x.present:
+        _read_api_calls(x, ev)
+    if "NVTX_EVENTS" in x.present:
+        _read_nvtx(x, ev)
+    return ev
+
+
+def _read_kernels(x: _Export, ev: _Events) -> None:
+    """The first max_events kernels by start, each with the runtime call that launched it, and the
+    per-name summary over all of them."""
+    has_mangled = "mangledName" in x.db.columns("CUPTI_ACTIVITY_KIND_KERNEL")
+    mangled = "m.value" if has_mangled else "NULL"
+    join_m = "LEFT JOIN StringIds m ON m.id = k.mangledName" if has_mangled else ""
+    sql = (
+        "SELECT k.start, k.end, k.deviceId, k.contextId, k.streamId, k.correlationId, d.value, sh.value, "
+        f"{mangled}, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ, k.registersPerThread, "
+        "k.staticSharedMemory, k.dynamicSharedMemory, k.localMemoryPerThread "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds d ON d.id = k.demangledName "
+        f"LEFT JOIN StringIds sh ON sh.id = k.shortName {join_m} ORDER BY k.start LIMIT ?"
+    )
+    kernels: list[NsysKernel] = []
+    for r in x.db.it(sql, (x.max_events,)):
+        if r[6] is None:
+            ev.unresolved += 1
+        kernels.append(_kernel(r))
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" in x.present and kernels:
+        launchers = _launchers(x.db, {k.correlation_id for k in kernels if k.correlation_id is not None})
+        kernels = [
+            k.model_copy(update={"launched_by": launchers.get(k.correlation_id)})
+            if k.correlation_id in launchers
+            else k
+            for k in kernels
+        ]
+    ev.kernels = kernels
+    ev.omitted["kernels"] = ev.counts["CUPTI_ACTIVITY_KIND_KERNEL"] - len(kernels)
+    ev.kernel_summary = _summary(
+        x.db,
+        "SELECT d.value, count(*), sum(k.end - k.start), min(k.end - k.start), max(k.end - k.start) "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds d ON d.id = k.demangledName "
+        "GROUP BY k.demangledName ORDER BY sum(k.end - k.start) DESC, d.value",
+    )
+
+
+def _kernel(r: tuple[Any, ...]) -> NsysKernel:
+    """One row of _read_kernels' query (its launcher is filled in afterwards)."""
+    start, end = _int(r[0]), _int(r[1])
+    return NsysKernel(
+        start_ns=start,
+        end_ns=end,
+        duration_ns=end - start,
+        device=_int(r[2]),
+        context=_int(r[3]),
+        stream=_int(r[4]),
+        correlation_id=r[5],
+        name=r[6],
+        short_name=r[7],
+        mangled_name=r[8],
+        grid=[_int(r[9]), _int(r[10]), _int(r[11])],
+        block=[_int(r[12]), _int(r[13]), _int(r[14])],
+        registers_per_thread=_int(r[15]),
+        static_shared_memory_bytes=_int(r[16]),
+        dynamic_shared_memory_bytes=_int(r[17]),
+        local_memory_per_thread_bytes=_int(r[18]),
+        launched_by=None,
+    )
+
+
+def _memcpy_labels(db: _Db) -> dict[int, str]:
+    """Copy kind names: the documented table, overridden by the export's own enum where it has one."""
+    kind_label = dict(MEMCPY_KINDS)
+    if "ENUM_CUDA_MEMCPY_OPER" in db.tables and {"id", "label"} <= db.columns("ENUM_CUDA_MEMCPY_OPER"):
+        for i, label in db.it("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER"):
+            if isinstance(i, int) and isinstance(label, str):
+                kind_label[i] = label
+    return kind_label
+
+
+def _read_memcpys(x: _Export, ev: _Events, kind_label: dict[int, str]) -> None:
+    """Every copy, in one pass: the first max_events kept, each kind's count, total, min and max."""
+    per_kind: dict[str, list[int]] = {}
+    for r in x.db.it(
+        "SELECT start, end, deviceId, streamId, correlationId, bytes, copyKind FROM CUPTI_ACTIVITY_KIND_MEMCPY ORDER BY start"
+    ):
+        start, end = _int(r[0]), _int(r[1])
+        kind = kind_label.get(r[6], f"kind {r[6]}")
+        s = per_kind.setdefault(kind, [0, 0, 2**63, -(2**63)])
+        d = end - start
+        s[0] += 1
+        s[1] += d
+        s[2] = min(s[2], d)
+        s[3] = max(s[3], d)
+        if len(ev.memcpys) < x.max_events:
+            ev.memcpys.append(
+                NsysMemcpy(
+                    start_ns=start,
+                    end_ns=end,
+                    duration_ns=d,
+                    device=_int(r[2]),
+                    stream=_int(r[3]),
+                    correlation_id=r[4],
+                    bytes=_int(r[5]),
+                    kind=kind,
+                )
+            )
+    ev.omitted["memcpys"] = ev.counts["CUPTI_ACTIVITY_KIND_MEMCPY"] - len(ev.memcpys)
+    ev.memcpy_summary = [
+        NameSummary(name=k, count=v[0], total_ns=v[1], min_ns=v[2], max_ns=v[3], mean_ns=v[1] / v[0])
+        for k, v in sorted(per_kind.items(), key=lambda kv: (-kv[1][1], kv[0]))
+    ]
+
+
+def _read_memsets(x: _Export, ev: _Events) -> None:
+    """The first max_events memsets by start."""
+    for r in x.db.it(
+        "SELECT start, end, deviceId, streamId, correlationId, bytes, value FROM CUPTI_ACTIVITY_KIND_MEMSET "
+        "ORDER BY start LIMIT ?",
+        (x.max_events,),
+    ):
+        start, end = _int(r[0]), _int(r[1])
+        ev.memsets.append(
+            NsysMemset(
+                start_ns=start,
+                end_ns=end,
+                duration_ns=end - start,
+                device=_int(r[2]),
+                stream=_int(r[3]),
+                correlation_id=r[4],
+                bytes=_int(r[5]),
+                value=_int(r[6]),
+            )
+        )
+    ev.omitted["memsets"] = ev.counts["CUPTI_ACTIVITY_KIND_MEMSET"] - len(ev.memsets)
+
+
+def _read_api_calls(x: _Export, ev: _Events) -> None:
+    """The first max_events CUDA runtime calls by start, and the per-name summary over all of them."""
+    for r in x.db.it(
+        "SELECT r.start, r.end, s.value, r.correlationId, r.globalTid, r.returnValue FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+        "LEFT JOIN StringIds s ON s.id = r.nameId ORDER BY r.start LIMIT ?",
+        (x.max_events,),
+    ):
+        start, end = _int(r[0]), _int(r[1])
+        if r[2] is None:
+            ev.unresolved += 1
+        ev.api_calls.append(
+            NsysApiCall(
+                start_ns=start,
+                end_ns=end,
+                duration_ns=end - start,
+                name=r[2],
+                correlation_id=r[3],
+                thread=r[4],
+                return_value=_int(r[5]),
+            )
+        )
+    ev.omitted["api_calls"] = ev.counts["CUPTI_ACTIVITY_KIND_RUNTIME"] - len(ev.api_calls)
+    ev.api_summary = _summary(
+        x.db,
+        "SELECT s.value, count(*), sum(r.end - r.start), min(r.end - r.start), max(r.end - r.start) "
+        "FROM CUPTI_ACTIVITY_KIND_RUNTIME r LEFT JOIN StringIds s ON s.id = r.nameId "
+        "GROUP BY r.nameId ORDER BY sum(r.end - r.start) DESC, s.value",
+    )
+
+
+def _read_nvtx(x: _Export, ev: _Events) -> None:
+    """NVTX marks, push/pop and start/end ranges (the event types cko reads), the first max_events."""
+    for r in x.db.it(
+        "SELECT n.start, n.end, n.eventType, coalesce(n.text, s.value), n.globalTid, n.domainId FROM NVTX_EVENTS n "
+        "LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType IN (34, 59, 60) ORDER BY n.start LIMIT ?",
+        (x.max_events,),
+    ):
+        ev.nvtx.append(
+            NsysNvtx(
+                start_ns=_int(r[0]),
+                end_ns=r[1] if isinstance(r[1], int) else None,
+                type=NVTX_TYPES.get(r[2], str(r[2])),
+                text=r[3],
+                thread=r[4],
+                domain=r[5],
+            )
+        )
+    n_nvtx = int(x.db.q("SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (34, 59, 60)")[0][0])
+    ev.omitted["nvtx"] = n_nvtx - len(ev.nvtx)
+
+
+def _analysis_window(db: _Db) -> tuple[int | None, int | None]:
+    """The span the capture covered (ANALYSIS_DETAILS), where the export records it."""
+    if "ANALYSIS_DETAILS" in db.tables and {"startTime", "stopTime"} <= db.columns("ANALYSIS_DETAILS"):
+        row = db.q("SELECT min(startTime), max(stopTime) FROM ANALYSIS_DETAILS")
+        if row and isinstance(row[0][0], int) and isinstance(row[0][1], int):
+            return row[0][0], row[0][1]
+    return None, None

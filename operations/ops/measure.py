@@ -59,6 +59,22 @@ def run_driver(
     d.mkdir(parents=True)
     result_path = d / "result.json"
     sub = sub.model_copy(update={"result_path": str(result_path)})
+    info: dict[str, Any] = {"index": n, "subjects": [s.id for s in sub.subjects], "items": len(sub.schedule)}
+    t0 = time.monotonic()
+    code = _run_process(plan, sub, d)
+    info["wall_s"] = round(time.monotonic() - t0, 3)
+    info["exit_code"] = code
+    info["stderr_tail"] = _tail(d / "stderr")
+    info["stdout_bytes"] = (d / "stdout").stat().st_size
+    res, error = _read_result(plan, sub, n, code, info["stderr_tail"])
+    if res is None:
+        info["error"] = error
+    return res, info
+
+
+def _run_process(plan: MeasurePlan, sub: DriverRequest, d: Path) -> int | None:
+    """Run the driver on its request in d (stdout, stderr beside it); its exit code, None when it ran
+    past the process timeout and was killed with its whole session."""
     # Cases keep their position in the full request so input seeds match across processes.
     req_path = d / "request.json"
     req_path.write_text(sub.model_dump_json())
@@ -66,8 +82,6 @@ def run_driver(
     env = (
         {k: v for k, v in os.environ.items()} | plan.driver.env | {"CKO_DRIVER_REQUEST": str(req_path)} | role
     )
-    info: dict[str, Any] = {"index": n, "subjects": [s.id for s in sub.subjects], "items": len(sub.schedule)}
-    t0 = time.monotonic()
     with open(d / "stdout", "wb") as so, open(d / "stderr", "wb") as se:
         proc = subprocess.Popen(
             [*plan.driver.command, str(req_path)],
@@ -78,27 +92,29 @@ def run_driver(
             start_new_session=True,
         )
         try:
-            code = proc.wait(timeout=plan.process_timeout_s)
+            return proc.wait(timeout=plan.process_timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            code = None
-    info["wall_s"] = round(time.monotonic() - t0, 3)
-    info["exit_code"] = code
-    info["stderr_tail"] = _tail(d / "stderr")
-    info["stdout_bytes"] = (d / "stdout").stat().st_size
+            return None
+
+
+def _read_result(
+    plan: MeasurePlan, sub: DriverRequest, n: int, code: int | None, stderr_tail: str
+) -> tuple[DriverResult | None, Any]:
+    """The driver's result, or the error that stands in its place (the driver's own failure report
+    when it wrote one, else what its exit and its result file show)."""
+    result_path = Path(sub.result_path)
     if code is None:
-        info["error"] = {
+        return None, {
             "code": "driver_timed_out",
             "field": "driver",
             "message": f"driver process {n} ran past {plan.process_timeout_s:g}s and was killed",
         }
-        return None, info
     failure_path = result_path.with_name(result_path.name + ".failure")
     if code != 0 and failure_path.is_file():
         try:
-            info["error"] = json.loads(failure_path.read_text())
-            return None, info
+            return None, json.loads(failure_path.read_text())
         except ValueError:
             pass
     if code != 0:
@@ -108,44 +124,39 @@ def run_driver(
             if plan.boundary == "workers"
             else ""
         )
-        info["error"] = {
+        return None, {
             "code": "driver_crashed",
             "field": "driver",
-            "message": f"driver process {n} exited with {code}{hint}: {info['stderr_tail'][-500:]}",
+            "message": f"driver process {n} exited with {code}{hint}: {stderr_tail[-500:]}",
         }
-        return None, info
     if not result_path.is_file():
-        info["error"] = {
+        return None, {
             "code": "result_not_written",
             "field": "result_path",
             "message": f"driver process {n} exited 0 but wrote no result",
         }
-        return None, info
+    return _parse_result(sub, result_path)
+
+
+def _parse_result(sub: DriverRequest, result_path: Path) -> tuple[DriverResult | None, dict[str, Any] | None]:
+    """The result file as a DriverResult of the request's protocol, or why it is not one."""
     try:
         raw = json.loads(result_path.read_bytes())
     except (OSError, ValueError) as exc:
-        info["error"] = {
-            "code": "result_not_json",
-            "field": "result",
-            "message": f"result is not JSON: {exc}",
-        }
-        return None, info
+        return None, {"code": "result_not_json", "field": "result", "message": f"result is not JSON: {exc}"}
     if isinstance(raw, dict) and raw.get("protocol") not in (None, sub.protocol):
-        info["error"] = {
+        return None, {
             "code": "unknown_protocol",
             "field": "protocol",
             "message": f"result protocol {raw.get('protocol')!r}, expected {sub.protocol}",
         }
-        return None, info
     try:
-        res = DriverResult.model_validate(raw)
+        return DriverResult.model_validate(raw), None
     except ValidationError as exc:
         e = exc.errors()[0]
         field = ".".join(str(x) for x in e["loc"]) or "result"
         err_code = "non_finite" if "finite" in e["msg"] else "invalid_result"
-        info["error"] = {"code": err_code, "field": field, "message": f"result.{field}: {e['msg']}"}
-        return None, info
-    return res, info
+        return None, {"code": err_code, "field": field, "message": f"result.{field}: {e['msg']}"}
 
 
 def measure(plan: MeasurePlan, out: Path, work: Path) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 from operations import stats
 from operations.protocol import DriverResult, Series
 
-from .requests import Objective, StatsPlan
+from .requests import Constraint, Objective, StatsPlan
 from .verdicts import CaseAnalysis
 
 RAMP_FRACTION = 0.9
@@ -73,23 +73,46 @@ def analyse_case(
 ) -> CaseAnalysis:
     sm = series_map(res)
     ref, cand = sm[(ref_id, case)], sm[(cand_id, case)]
-    prim = objective.primary
     kept, excluded = kept_pairs(ref, cand, plan.exclude_ramping)
-    a, b = pairs_for(ref, cand, prim.name, kept)
-    primary: dict[str, Any]
+    a, b = pairs_for(ref, cand, objective.primary.name, kept)
+    return CaseAnalysis(
+        case=case,
+        pairs=len(a),
+        excluded_pairs=excluded,
+        exclusion_rule=RAMP_RULE if plan.exclude_ramping else "none",
+        primary=_primary(objective, plan, a, b, seed, sequential),
+        constraints=[_constraint(c, plan, ref, cand, kept, seed) for c in objective.constraints],
+        reference_median=statistics.median(a) if a else None,
+        candidate_median=statistics.median(b) if b else None,
+        reference_stream_median_ns=stream_median(ref, kept),
+        candidate_stream_median_ns=stream_median(cand, kept),
+    )
+
+
+def _primary(
+    objective: Objective,
+    plan: StatsPlan,
+    a: list[float],
+    b: list[float],
+    seed: int,
+    sequential: stats.SequentialPlan | None,
+) -> dict[str, Any]:
+    """The primary metric's verdict on the kept pairs: sequential looks when the plan has them, one
+    fixed-sample comparison otherwise; inconclusive with too few pairs for either."""
+    prim = objective.primary
     if len(a) < 2:
-        primary = {
+        return {
             "verdict": "inconclusive",
             "reason": f"only {len(a)} usable pair(s) after exclusions",
             "n_pairs": len(a),
         }
-    elif sequential is not None and len(a) < sequential.looks[0]:
-        primary = {
+    if sequential is not None and len(a) < sequential.looks[0]:
+        return {
             "verdict": "inconclusive",
             "n_pairs": len(a),
             "reason": f"only {len(a)} usable pair(s), fewer than the first look at {sequential.looks[0]}",
         }
-    elif sequential is not None:
+    if sequential is not None:
         seq = stats.sequential_compare(
             a,
             b,
@@ -101,8 +124,7 @@ def analyse_case(
             keep_pairs=True,
             metric=prim.name,
         )
-        last = seq.looks[-1]
-        primary = last.model_dump(mode="json") | {
+        return seq.looks[-1].model_dump(mode="json") | {
             "verdict": seq.verdict,
             "sequential": {
                 "state": seq.state,
@@ -111,48 +133,36 @@ def analyse_case(
                 "look_confidences": seq.plan.look_confidences,
             },
         }
-    else:
-        primary = stats.compare(
-            a,
-            b,
-            direction=prim.direction,
-            min_effect_pct=objective.min_effect_pct,
-            confidence=plan.confidence,
-            seed=seed,
-            resamples=plan.bootstrap_resamples,
-            keep_pairs=True,
-            metric=prim.name,
-        ).model_dump(mode="json")
-    cons = []
-    for c in objective.constraints:
-        ca, cb = pairs_for(ref, cand, c.metric.name, kept)
-        if len(ca) < 2:
-            cons.append({"metric": c.metric.name, "verdict": "inconclusive", "reason": "too few pairs"})
-            continue
-        cons.append(
-            stats.constraint_check(
-                ca,
-                cb,
-                direction=c.metric.direction,
-                max_regression_pct=c.max_regression_pct,
-                confidence=plan.confidence,
-                seed=seed,
-                resamples=plan.bootstrap_resamples,
-                metric=c.metric.name,
-            ).model_dump(mode="json")
-        )
-    return CaseAnalysis(
-        case=case,
-        pairs=len(a),
-        excluded_pairs=excluded,
-        exclusion_rule=RAMP_RULE if plan.exclude_ramping else "none",
-        primary=primary,
-        constraints=cons,
-        reference_median=statistics.median(a) if a else None,
-        candidate_median=statistics.median(b) if b else None,
-        reference_stream_median_ns=stream_median(ref, kept),
-        candidate_stream_median_ns=stream_median(cand, kept),
-    )
+    return stats.compare(
+        a,
+        b,
+        direction=prim.direction,
+        min_effect_pct=objective.min_effect_pct,
+        confidence=plan.confidence,
+        seed=seed,
+        resamples=plan.bootstrap_resamples,
+        keep_pairs=True,
+        metric=prim.name,
+    ).model_dump(mode="json")
+
+
+def _constraint(
+    c: Constraint, plan: StatsPlan, ref: Series, cand: Series, kept: list[int], seed: int
+) -> dict[str, Any]:
+    """One constraint metric's check on the kept pairs (inconclusive with fewer than two)."""
+    ca, cb = pairs_for(ref, cand, c.metric.name, kept)
+    if len(ca) < 2:
+        return {"metric": c.metric.name, "verdict": "inconclusive", "reason": "too few pairs"}
+    return stats.constraint_check(
+        ca,
+        cb,
+        direction=c.metric.direction,
+        max_regression_pct=c.max_regression_pct,
+        confidence=plan.confidence,
+        seed=seed,
+        resamples=plan.bootstrap_resamples,
+        metric=c.metric.name,
+    ).model_dump(mode="json")
 
 
 def combine(verdicts: list[str]) -> str:

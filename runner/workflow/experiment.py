@@ -30,7 +30,7 @@ from .measure import Measured, paired_schedule, run_measurement
 from .records import Experiment, RanOn, Snapshot, Target, Variant
 from .requests import CLAIM_ORDER, ExperimentRequest, LoadCeiling
 from .snapshot import content_key
-from .verdicts import DecidePlan, Decision, Reason
+from .verdicts import DecidePlan, Decision, Reason, Telemetry
 
 LAYER_TEXT = {
     "kernel": "a micro-benchmark of one operation",
@@ -357,9 +357,52 @@ def baseline_resolution(store: Store, target_id: str) -> dict[str, float]:
     return {c.case: c.resolution_pct for c in newest.cases} if newest else {}
 
 
+@dataclass
+class _Declared:
+    """One stage as declared and checked before anything runs (exit 2, nothing written)."""
+
+    target: Target
+    tref: Ref
+    subjects: Subjects
+    layer: str
+    pairs: int
+    looks: list[int]
+    sequential: stats.SequentialPlan | None
+    falsifier: dict[str, Any] | None
+    acquisition: str
+    plan: DecidePlan
+
+
+@dataclass
+class _Decided:
+    """What the measured pairs decided, and what the decision read."""
+
+    plan: DecidePlan  # the declared plan with the identity fields that differed from the Target's
+    merged: DriverResult | None  # the looks' samples as one result; None when a look failed
+    load_input: Telemetry
+    decision: Decision
+
+
 def experiment(
     store: Store, req: ExperimentRequest, progress: Progress, executor: Executor = LOCAL
 ) -> tuple[dict[str, Any], int]:
+    x = _declare(store, req)
+    announce_estimate(req, x.pairs, progress)
+    started = time.monotonic()
+    run = _measure(
+        store, x.target, x.tref, x.subjects, req, x.plan, x.looks, x.acquisition, progress, executor
+    )
+    m = _decided(x.plan, run)
+    look_event("estimate_final", req.stage, run.done, x.pairs, m.decision)
+    cost = cost_doc(req, x.target, time.monotonic() - started, progress)
+    rec = _record(store, x, req, run, m, cost)
+    ref = put_record(store, "experiments", rec.id, rec)
+    failed = ("failed_run", "failed_accuracy", "integrity_violation")
+    return experiment_doc(rec, ref), int(Exit.FAILED) if m.decision.stage_outcome in failed else 0
+
+
+def _declare(store: Store, req: ExperimentRequest) -> _Declared:
+    """Check the request against its Target and the store, and fix the plan its verdict will follow."""
     t, tref = get_target(store, req.target)
     require_optimization(t)
     assert t.original and t.objective
@@ -370,7 +413,6 @@ def experiment(
     falsifier = falsifier_doc(store, req)
     acquisition = req.acquisition or t.plan.acquisition
     ceiling, source = effective_ceiling(t.plan.load)
-    aa = same_content(store, s.ref, s.cand)
     plan = DecidePlan(
         stage=req.stage,
         objective=t.objective,
@@ -380,51 +422,42 @@ def experiment(
         gates=req.gates,
         ceiling=ceiling,
         ceiling_source=source,  # type: ignore[arg-type]
-        aa_control=aa,
+        aa_control=same_content(store, s.ref, s.cand),
         resolution_pct=baseline_resolution(store, t.id) if req.stage == "screen" else {},
     )
-    announce_estimate(req, pairs, progress)
-    started = time.monotonic()
-    run = _measure(store, t, tref, s, req, plan, looks, acquisition, progress, executor)
-    plan = plan.model_copy(update={"identity_mismatch": [str(x.get("field")) for x in run.mismatch]})
+    return _Declared(t, tref, s, layer, pairs, looks, seq_plan, falsifier, acquisition, plan)
+
+
+def _decided(declared: DecidePlan, run: Run) -> _Decided:
+    plan = declared.model_copy(update={"identity_mismatch": [str(x.get("field")) for x in run.mismatch]})
     merged = merge_results(run.results) if run.results and run.failure is None else None
     tel = telemetry_input(run.summaries, merged)
-    d = decide(merged, plan, tel, run.failure)
-    look_event("estimate_final", req.stage, run.done, pairs, d)
-    cost = cost_doc(req, t, time.monotonic() - started, progress)
+    return _Decided(plan, merged, tel, decide(merged, plan, tel, run.failure))
+
+
+def _record(
+    store: Store, x: _Declared, req: ExperimentRequest, run: Run, m: _Decided, cost: dict[str, Any]
+) -> Experiment:
+    """The Experiment record (its samples stored first, as the object it references)."""
+    s, d, merged = x.subjects, m.decision, m.merged
     samples_ref = None
     if merged is not None:
         so = store.put_json(merged)
         samples_ref = ObjectRef(sha256=so["sha256"], size=so["size"], name="driver_result.json")
-    accuracy: dict[str, Any] = {}
-    for sr in merged.series if merged is not None else []:
-        accuracy.setdefault(sr.subject, {})[sr.case] = sr.accuracy.model_dump(mode="json")
-    eid = new_id("exp")
-    rec = Experiment(
-        id=eid,
-        target=tref,
+    return Experiment(
+        id=new_id("exp"),
+        target=x.tref,
         variant=s.variant,
         stage=req.stage,
         created_at=now(),
         reference={"kind": s.ref_kind, "snapshot": s.ref.sha256, "champion_pointer_sha256": s.pointer_sha256},
         candidate_snapshot=s.cand.sha256,
-        aa_control=aa,
+        aa_control=m.plan.aa_control,
         claims=req.claims,
         gates=[g.model_dump() for g in req.gates],
-        plan={
-            "pairs": pairs,
-            "pairs_measured": run.done,
-            "seed": req.seed,
-            "acquisition": acquisition,
-            "looks": looks,
-            "sequential": seq_plan.model_dump(mode="json") if seq_plan else None,
-            "confidence": t.plan.confidence,
-            "min_effect_pct": t.objective.min_effect_pct,
-            "invocations": [i.model_dump() for i in run.invocations],
-            "boundary": merged.boundary if merged is not None else None,
-        },
+        plan=_plan_doc(x, req, run, merged),
         invocation=run.invocations[-1] if run.invocations else None,
-        accuracy=accuracy,
+        accuracy=_accuracy(merged),
         integrity=list(merged.integrity) if merged is not None else [],
         telemetry=run.summaries[-1] if run.summaries else None,
         identity_mismatch=run.mismatch,
@@ -436,21 +469,41 @@ def experiment(
         reasons=d.reasons,
         samples=samples_ref,
         ran_on=run.ran_on,
-        claim_layer=layer,  # type: ignore[arg-type]
-        decision_plan=plan,
-        load_input=tel,
+        claim_layer=x.layer,  # type: ignore[arg-type]
+        decision_plan=m.plan,
+        load_input=m.load_input,
         failure=run.failure,
         load=d.load,
         hypothesis=req.hypothesis,
         mechanism_key=req.mechanism_key,
-        cheapest_falsifier=falsifier,
+        cheapest_falsifier=x.falsifier,
         cost=cost,
     )
-    ref = put_record(store, "experiments", eid, rec)
-    code = (
-        int(Exit.FAILED) if d.stage_outcome in ("failed_run", "failed_accuracy", "integrity_violation") else 0
-    )
-    return experiment_doc(rec, ref), code
+
+
+def _plan_doc(x: _Declared, req: ExperimentRequest, run: Run, merged: DriverResult | None) -> dict[str, Any]:
+    """The experiment's plan as recorded: what was declared beside what was measured."""
+    assert x.target.objective
+    return {
+        "pairs": x.pairs,
+        "pairs_measured": run.done,
+        "seed": req.seed,
+        "acquisition": x.acquisition,
+        "looks": x.looks,
+        "sequential": x.sequential.model_dump(mode="json") if x.sequential else None,
+        "confidence": x.target.plan.confidence,
+        "min_effect_pct": x.target.objective.min_effect_pct,
+        "invocations": [i.model_dump() for i in run.invocations],
+        "boundary": merged.boundary if merged is not None else None,
+    }
+
+
+def _accuracy(merged: DriverResult | None) -> dict[str, Any]:
+    """Each subject's accuracy check per case, as measured."""
+    accuracy: dict[str, Any] = {}
+    for sr in merged.series if merged is not None else []:
+        accuracy.setdefault(sr.subject, {})[sr.case] = sr.accuracy.model_dump(mode="json")
+    return accuracy
 
 
 def case_rows(rec: Experiment) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from ..sandbox import Mount
 from ..store import Store, new_id
 from ..workers import WorkerLaunch
 from .records import RanOn, Snapshot, Target
+from .requests import DriverCommand
 from .snapshot import materialize, remove_tree
 
 SUBJECT_ROOT = "/cko/subjects"
@@ -175,6 +176,19 @@ def _mounts(
     return mounts, launches
 
 
+MEASURE_COMMAND = (
+    "/opt/cko/bin/python",
+    "-I",
+    "-m",
+    "operations",
+    "measure",
+    "--plan",
+    "/cko/request/plan.json",
+    "--out",
+    "/cko/out",
+)
+
+
 def run_measurement(
     store: Store,
     target: Target,
@@ -202,52 +216,19 @@ def run_measurement(
     one worker per subject. A hand-written driver (driver.kind harness_trusted) runs as before,
     every subject in its process, and the result says so.
     """
-    if (
-        target.original is None
-        or target.driver is None
-        or target.accuracy is None
-        or target.objective is None
-    ):
-        raise CkoError(
-            "a diagnostic target cannot be measured",
-            exit_code=Exit.BAD_REQUEST,
-            code="diagnostic_target",
-            field="target",
-        )
-    trusted = target.driver.kind == "harness_trusted"
+    trusted = _measurable_driver(target).kind == "harness_trusted"
     scratch = store.scratch(new_id("mea"))
     try:
         req = _driver_request(target, subjects, schedule, mode, seed, warmup, trusted)
         mounts, launches = _mounts(store, target, subjects, scratch, req, keep, worker_env or {})
-        plan_doc = {
-            "driver": {"command": target.driver.command, "cwd": "/cko/harness", "env": target.driver.env},
-            "boundary": "harness_trusted" if trusted else "workers",
-            "request": req.model_dump(mode="json"),
-            "process_timeout_s": target.timeout_s if not trusted else target.process_timeout_s,
-        }
-        plan_dir = scratch / "plan"
-        plan_dir.mkdir()
-        (plan_dir / "plan.json").write_text(json.dumps(plan_doc))
-        (plan_dir / "plan.json").chmod(0o444)
-        plan_dir.chmod(0o555)
-        mounts.append(Mount(str(plan_dir / "plan.json"), "/cko/request/plan.json", read_only=True))
+        mounts.append(_plan_mount(scratch, target, req, trusted))
         scratch.chmod(0o755)
         inv = Plan(
             op="measure",
             image=target.image,
             gpus=pick_gpus(target),
             gpu_mode=target.gpu.mode,
-            command=[
-                "/opt/cko/bin/python",
-                "-I",
-                "-m",
-                "operations",
-                "measure",
-                "--plan",
-                "/cko/request/plan.json",
-                "--out",
-                "/cko/out",
-            ],
+            command=list(MEASURE_COMMAND),
             mounts=mounts,
             timeout_s=target.timeout_s,
             memory=target.memory,
@@ -267,6 +248,42 @@ def run_measurement(
             outcome.close()
     finally:
         remove_tree(scratch)
+
+
+def _measurable_driver(target: Target) -> DriverCommand:
+    """The Target's driver; a diagnostic Target (no original, driver, accuracy or objective) has
+    nothing to measure."""
+    if (
+        target.original is None
+        or target.driver is None
+        or target.accuracy is None
+        or target.objective is None
+    ):
+        raise CkoError(
+            "a diagnostic target cannot be measured",
+            exit_code=Exit.BAD_REQUEST,
+            code="diagnostic_target",
+            field="target",
+        )
+    return target.driver
+
+
+def _plan_mount(scratch: Path, target: Target, req: DriverRequest, trusted: bool) -> Mount:
+    """The supervisor's plan (driver, boundary, request, process timeout), written read-only in
+    scratch and mounted where `operations measure --plan` reads it."""
+    assert target.driver is not None
+    plan_doc = {
+        "driver": {"command": target.driver.command, "cwd": "/cko/harness", "env": target.driver.env},
+        "boundary": "harness_trusted" if trusted else "workers",
+        "request": req.model_dump(mode="json"),
+        "process_timeout_s": target.timeout_s if not trusted else target.process_timeout_s,
+    }
+    plan_dir = scratch / "plan"
+    plan_dir.mkdir()
+    (plan_dir / "plan.json").write_text(json.dumps(plan_doc))
+    (plan_dir / "plan.json").chmod(0o444)
+    plan_dir.chmod(0o555)
+    return Mount(str(plan_dir / "plan.json"), "/cko/request/plan.json", read_only=True)
 
 
 def _read_back(store: Store, outcome: Outcome, keep: tuple[str, ...]) -> Measured:

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from operations import stats
+from operations.protocol import DriverResult, Series
 
 from .. import gpu as gpumod
 from ..errors import Exit, bad_request, failed
 from ..executor import LOCAL, Executor
 from ..identity import EnvironmentIdentity, compare, host_identity
-from ..models import ObjectRef
+from ..models import ObjectRef, Ref
 from ..records import InvocationResult
 from ..store import Store, check_id, new_id
 from . import analysis
@@ -33,7 +34,7 @@ from .common import (
 from .decide import under_load
 from .loadin import window_load
 from .measure import Measured, paired_schedule, run_measurement
-from .records import Baseline, CaseBaseline, Target, Variant
+from .records import Baseline, CaseBaseline, Snapshot, Target, Variant
 from .requests import BaselineRequest, ReadinessRequest, StatsPlan, VariantRequest, runs_for
 from .snapshot import commit, load_manifest, manifest_of, scan, take
 
@@ -60,34 +61,66 @@ def readiness(
     if req.mode == "diagnostic":
         return _diagnostic(store, req, base, workload)
     assert req.driver and req.objective and req.accuracy
+    blockers = _workload_blockers(req, workload, executor)
+    if blockers:
+        return {"ready": False, "blockers": blockers}, int(Exit.FAILED)
+    snap = take(store, workload, req.exclude)
+    target = _new_target(store, req, snap)
+    m = _smoke(store, target, req, progress, executor)
+    blockers = _smoke_blockers(m, req.image)
+    if blockers:
+        return {"ready": False, "blockers": blockers, "smoke": m.invocation.model_dump()}, int(Exit.FAILED)
+    target = target.model_copy(update={"identity": m.identity, "smoke": m.invocation, "ran_on": m.ran_on})
+    target = target.model_copy(update={"plan": _sized(store, target, req, progress, executor)})
+    ref = _put_record(store, "targets", target.id, target)
+    return {
+        "ready": True,
+        "target": ref.model_dump(),
+        "snapshot": snap.sha256,
+        "smoke": m.invocation.model_dump(),
+        "identity": m.identity.model_dump(mode="json") if m.identity else None,
+        "ran_on": _ran_on_doc(m),
+    }, int(Exit.DONE)
+
+
+def _blocker(what: str, reason: str, step: str) -> dict[str, str]:
+    return {"what": what, "reason": reason, "next_step": step}
+
+
+def _workload_blockers(req: ReadinessRequest, workload: Path, executor: Executor) -> list[dict[str, str]]:
+    """What keeps the workload from running at all: missing files, an image or GPU the executor lacks.
+    A path that leaves the workload is a bad request, not a blocker."""
+    assert req.driver
     _rel_inside(workload, req.entry, "entry")
     for i, p in enumerate(req.allowed_paths):
         _rel_inside(workload, p, f"allowed_paths[{i}]")
     blockers: list[dict[str, str]] = []
-
-    def block(what: str, reason: str, step: str) -> None:
-        blockers.append({"what": what, "reason": reason, "next_step": step})
-
     if not (workload / req.entry).is_file():
-        block("entry", f"{req.entry} not found in {workload}", f"create {req.entry} or set entry")
+        blockers.append(
+            _blocker("entry", f"{req.entry} not found in {workload}", f"create {req.entry} or set entry")
+        )
     for p in req.allowed_paths:
         if not (workload / p).is_file():
-            block("allowed_paths", f"{p} not found in {workload}", "list only files the original has")
+            blockers.append(
+                _blocker("allowed_paths", f"{p} not found in {workload}", "list only files the original has")
+            )
     script = next((c for c in req.driver.command[1:] if c.endswith(".py")), None)
     if script and not (workload / script).is_file():
-        block(
-            "driver",
-            f"driver script {script} not found in {workload}",
-            "put the driver in the workload directory",
+        blockers.append(
+            _blocker(
+                "driver",
+                f"driver script {script} not found in {workload}",
+                "put the driver in the workload directory",
+            )
         )
-    blockers += executor.preflight(req.image, max(1, req.gpu.count) if req.gpu.required else 0)
-    if blockers:
-        return {"ready": False, "blockers": blockers}, int(Exit.FAILED)
-    snap = take(store, workload, req.exclude)
+    return blockers + executor.preflight(req.image, max(1, req.gpu.count) if req.gpu.required else 0)
+
+
+def _new_target(store: Store, req: ReadinessRequest, snap: Snapshot) -> Target:
+    """The optimization Target the request describes, its request stored beside it (not yet recorded)."""
     request_obj = store.put_json(req)
-    tid = new_id("tgt")
-    target = Target(
-        id=tid,
+    return Target(
+        id=new_id("tgt"),
         name=req.name,
         mode="optimization",
         claim_layer=req.claim_layer,
@@ -108,12 +141,19 @@ def readiness(
         memory=req.memory,
         request=ObjectRef(sha256=request_obj["sha256"], size=request_obj["size"], name="readiness.json"),
     )
+
+
+def _smoke(
+    store: Store, target: Target, req: ReadinessRequest, progress: Progress, executor: Executor
+) -> Measured:
+    """Two samples of the original per case, to show it runs and passes its own checks."""
+    assert target.original
     items = [it for c in req.cases for it in _reps("original", c.id, 2)]
     progress("readiness: two-sample smoke of the original")
-    m = run_measurement(
+    return run_measurement(
         store,
         target,
-        {"original": snap},
+        {"original": target.original},
         items,
         mode="smoke",
         seed=0,
@@ -125,36 +165,34 @@ def readiness(
         telemetry=False,
         executor=executor,
     )
+
+
+def _smoke_blockers(m: Measured, image: str) -> list[dict[str, str]]:
+    """What the smoke showed: a failed run, the original failing its accuracy rule, an integrity trip."""
     if m.failure:
         f = m.failure
-        block(
-            "smoke",
-            f"{f.get('code')}: {f.get('message')} (field {f.get('field')})",
-            _smoke_step(f, req.image),
+        return [
+            _blocker(
+                "smoke",
+                f"{f.get('code')}: {f.get('message')} (field {f.get('field')})",
+                _smoke_step(f, image),
+            )
+        ]
+    if m.result is None:
+        return []
+    blockers = [
+        _blocker(
+            "accuracy",
+            f"original fails its own accuracy rule on case {s.case}: {s.accuracy.detail}",
+            "fix the reference or loosen the tolerance",
         )
-    elif m.result is not None:
-        for s in m.result.series:
-            if not s.accuracy.passed:
-                block(
-                    "accuracy",
-                    f"original fails its own accuracy rule on case {s.case}: {s.accuracy.detail}",
-                    "fix the reference or loosen the tolerance",
-                )
-        for v in m.result.integrity:
-            block("integrity", v, "the original must not trip the driver's integrity checks")
-    if blockers:
-        return {"ready": False, "blockers": blockers, "smoke": m.invocation.model_dump()}, int(Exit.FAILED)
-    target = target.model_copy(update={"identity": m.identity, "smoke": m.invocation, "ran_on": m.ran_on})
-    target = target.model_copy(update={"plan": _sized(store, target, req, progress, executor)})
-    ref = _put_record(store, "targets", tid, target)
-    return {
-        "ready": True,
-        "target": ref.model_dump(),
-        "snapshot": snap.sha256,
-        "smoke": m.invocation.model_dump(),
-        "identity": m.identity.model_dump(mode="json") if m.identity else None,
-        "ran_on": _ran_on_doc(m),
-    }, int(Exit.DONE)
+        for s in m.result.series
+        if not s.accuracy.passed
+    ]
+    return blockers + [
+        _blocker("integrity", v, "the original must not trip the driver's integrity checks")
+        for v in m.result.integrity
+    ]
 
 
 SIZING_RUNS = 64  # a sizing block's runs: the window's fixed cost spread 64 ways
@@ -308,77 +346,22 @@ def baseline(
     assert t.objective and t.original
     n = req.samples_per_case or t.plan.baseline_samples
     m_pairs = req.aa_pairs or t.plan.aa_pairs
-    items = []
-    for c in t.cases:
-        items += _reps("original", c.id, n)
-        sched, _ = paired_schedule([c.id], "aa-ref", "aa-cand", m_pairs, req.seed)
-        items += sched
     progress(f"baseline: {n} samples per case and {m_pairs} A/A pairs")
-    m = run_measurement(
-        store,
-        t,
-        {"original": t.original, "aa-ref": t.original, "aa-cand": t.original},
-        items,
-        mode="measure",
-        seed=req.seed,
-        acquisition=t.plan.acquisition,
-        label=f"baseline {t.name}",
-        parent={"target": tref.model_dump()},
-        progress=progress,
-        executor=executor,
+    m, result = _measure_baseline(
+        store, t, tref, req, _baseline_schedule(t, n, m_pairs, req.seed), progress, executor
     )
-    if m.failure or m.result is None:
-        raise failed(
-            f"baseline measurement failed: {_measure_failure(m)} (invocation {m.invocation.id})",
-            code="measurement_failed",
-        )
-    sm = analysis.series_map(m.result)
-    prim = t.objective.primary
-    cases = []
-    for c in t.cases:
-        s = sm[("original", c.id)]
-        aa_ref, aa_cand = sm[("aa-ref", c.id)], sm[("aa-cand", c.id)]
-        kept, _ = analysis.kept_pairs(aa_ref, aa_cand, exclude_ramping=False)
-        a, b = analysis.pairs_for(aa_ref, aa_cand, prim.name, kept)
-        res = stats.resolution(
-            a,
-            b,
-            direction=prim.direction,
-            confidence=t.plan.confidence,
-            seed=req.seed,
-            resamples=t.plan.bootstrap_resamples,
-            keep_pairs=True,
-            metric=prim.name,
-        )
-        r_at = res.resolution_pct_at(t.plan.target_pairs)
-        samples = s.samples[prim.name]
-        cases.append(
-            CaseBaseline(
-                case=c.id,
-                samples=samples,
-                unit=prim.unit,
-                median=float(sorted(samples)[len(samples) // 2]),
-                aa=res.model_dump(mode="json"),
-                resolution_pct=r_at,
-            )
-        )
+    sm = analysis.series_map(result)
+    cases = [_case_baseline(t, c.id, sm, req.seed) for c in t.cases]
     worst = max(cb.resolution_pct for cb in cases)
     ok = t.objective.min_effect_pct > worst
-    note = (
-        f"minimum effect {t.objective.min_effect_pct:g}% is above the A/A resolution {worst:.2f}% "
-        f"at {t.plan.target_pairs} pairs"
-        if ok
-        else f"minimum effect {t.objective.min_effect_pct:g}% is at or below the A/A resolution {worst:.2f}% at "
-        f"{t.plan.target_pairs} pairs: this environment cannot confirm it (raise the minimum or the pairs)"
-    )
+    note = _resolution_note(t, worst, ok)
     mismatch = compare(t.identity, m.identity) if t.identity and m.identity else []
     load = window_load(m.telemetry)
     loaded = under_load(load)
     if loaded is not None:
         note += f". {loaded.message}"
-    bid = new_id("bas")
     rec = Baseline(
-        id=bid,
+        id=new_id("bas"),
         target=tref,
         created_at=now(),
         invocation=m.invocation,
@@ -397,20 +380,108 @@ def baseline(
         measured_under_load=loaded is not None,
         warnings=[loaded] if loaded else [],
     )
-    ref = _put_record(store, "baselines", bid, rec)
+    ref = _put_record(store, "baselines", rec.id, rec)
+    return _baseline_doc(ref, rec, m), 0
+
+
+def _baseline_schedule(t: Target, n: int, m_pairs: int, seed: int) -> list[Any]:
+    """Per case: n samples of the original, then m_pairs A/A pairs of the original against itself."""
+    items = []
+    for c in t.cases:
+        items += _reps("original", c.id, n)
+        sched, _ = paired_schedule([c.id], "aa-ref", "aa-cand", m_pairs, seed)
+        items += sched
+    return items
+
+
+def _measure_baseline(
+    store: Store,
+    t: Target,
+    tref: Ref,
+    req: BaselineRequest,
+    items: list[Any],
+    progress: Progress,
+    executor: Executor,
+) -> tuple[Measured, DriverResult]:
+    """Run the schedule; a failed measurement is an error (nothing is recorded)."""
+    assert t.original
+    m = run_measurement(
+        store,
+        t,
+        {"original": t.original, "aa-ref": t.original, "aa-cand": t.original},
+        items,
+        mode="measure",
+        seed=req.seed,
+        acquisition=t.plan.acquisition,
+        label=f"baseline {t.name}",
+        parent={"target": tref.model_dump()},
+        progress=progress,
+        executor=executor,
+    )
+    if m.failure or m.result is None:
+        raise failed(
+            f"baseline measurement failed: {_measure_failure(m)} (invocation {m.invocation.id})",
+            code="measurement_failed",
+        )
+    return m, m.result
+
+
+def _case_baseline(t: Target, case: str, sm: dict[tuple[str, str], Series], seed: int) -> CaseBaseline:
+    """One case's samples of the original, and the resolution its A/A pairs give at the target pairs."""
+    assert t.objective
+    prim = t.objective.primary
+    aa_ref, aa_cand = sm[("aa-ref", case)], sm[("aa-cand", case)]
+    kept, _ = analysis.kept_pairs(aa_ref, aa_cand, exclude_ramping=False)
+    a, b = analysis.pairs_for(aa_ref, aa_cand, prim.name, kept)
+    res = stats.resolution(
+        a,
+        b,
+        direction=prim.direction,
+        confidence=t.plan.confidence,
+        seed=seed,
+        resamples=t.plan.bootstrap_resamples,
+        keep_pairs=True,
+        metric=prim.name,
+    )
+    samples = sm[("original", case)].samples[prim.name]
+    return CaseBaseline(
+        case=case,
+        samples=samples,
+        unit=prim.unit,
+        median=float(sorted(samples)[len(samples) // 2]),
+        aa=res.model_dump(mode="json"),
+        resolution_pct=res.resolution_pct_at(t.plan.target_pairs),
+    )
+
+
+def _resolution_note(t: Target, worst: float, ok: bool) -> str:
+    """Whether the minimum effect stands above the worst case's A/A resolution, in words."""
+    assert t.objective
+    if ok:
+        return (
+            f"minimum effect {t.objective.min_effect_pct:g}% is above the A/A resolution {worst:.2f}% "
+            f"at {t.plan.target_pairs} pairs"
+        )
+    return (
+        f"minimum effect {t.objective.min_effect_pct:g}% is at or below the A/A resolution {worst:.2f}% at "
+        f"{t.plan.target_pairs} pairs: this environment cannot confirm it (raise the minimum or the pairs)"
+    )
+
+
+def _baseline_doc(ref: Ref, rec: Baseline, m: Measured) -> dict[str, Any]:
     return {
         "baseline": ref.model_dump(),
-        "resolution_pct": worst,
-        "min_effect_resolvable": ok,
-        "note": note,
-        "measured_under_load": loaded is not None,
+        "resolution_pct": rec.resolution_pct,
+        "min_effect_resolvable": rec.min_effect_resolvable,
+        "note": rec.note,
+        "measured_under_load": rec.measured_under_load,
         "warnings": [w.model_dump() for w in rec.warnings],
         "ran_on": _ran_on_doc(m),
         "cases": [
             {"case": cb.case, "median": cb.median, "unit": cb.unit, "resolution_pct": cb.resolution_pct}
-            for cb in cases
+            for cb in rec.cases
         ],
-    }, 0
+    }
 
 
 # -- variant --------------------------------------------------------------------------------
