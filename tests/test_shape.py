@@ -52,7 +52,6 @@ LONG: dict[str, str] = {
     "runner/imagebuild.py:engine_build": _SPLIT,
     "runner/doctor.py:diagnose": "one check after another, each a few lines",
     "runner/hostpath.py:walk": "the host path walk: every refusal beside the check that makes it",
-    "runner/operation.py:run_operation": _SPLIT,
     "runner/mcp_server.py:serve": "the MCP tool table built in one place",
 }
 
