@@ -1184,34 +1184,41 @@ def test_cli_parse_stopped_at_its_memory_limit_says_so(tmp_path):
 
 @pytest.fixture
 def in_process_sandbox(monkeypatch, tmp_path):
-    import types
-
-    import runner.operation as ro
+    """The local executor replaced by one that runs the Plan's operation in-process: every evidence
+    command reaches it through the executor seam (OperationRequest → Plan → executor → result)."""
+    from runner.executor import LocalExecutor
+    from runner.invocation import Outcome
+    from runner.operation import INPUT_ROOT, OPERATION
+    from runner.records import InvocationResult
 
     calls: list[dict] = []
 
-    def run_operation(*, store, op, args, inputs, image="cpu", gpus=None, timeout=600.0, label="", **kw):
+    def execute(self, store, plan, progress=None, keep_outputs=False):
         n = len(calls)
-        calls.append({"op": op, "args": list(args), "inputs": dict(inputs), "image": image, "label": label})
-        indir, out = tmp_path / f"in{n}", tmp_path / f"out{n}"
+        assert plan.command[: len(OPERATION)] == OPERATION and plan.command[-2:] == ["--out", "/cko/out"]
+        op, *args = plan.command[len(OPERATION) : -2]
+        inputs = {Path(m.target).name: Path(m.source) for m in plan.mounts}
+        assert all(m.read_only and m.target.startswith(INPUT_ROOT + "/") for m in plan.mounts)
+        calls.append({"op": op, "args": args, "inputs": inputs, "image": plan.image, "label": plan.label})
+        indir, out = tmp_path / f"in{n}", tmp_path / f"inv-{n}" / "out"
         indir.mkdir()
         for name, src in inputs.items():
-            assert "/" not in name
-            shutil.copyfile(src, indir / name)
+            shutil.copyfile(src, indir / name)  # staged by run_operation, removed when it returns
         from operations.__main__ import main as ops_main
 
-        code = ops_main([op, *(a.replace("/cko/in", str(indir)) for a in args), "--out", str(out)])
-        doc = json.loads((out / "result.json").read_text())
-        return types.SimpleNamespace(
-            invocation_id=f"inv-{n}",
-            exit_code=code,
+        code = ops_main([op, *(a.replace(INPUT_ROOT, str(indir)) for a in args), "--out", str(out)])
+        result = InvocationResult(
+            id=f"inv-{n}",
+            op=plan.op,
             state="succeeded" if code == 0 else "failed",
-            doc=doc,
-            outputs=[],
-            stderr_tail="",
+            exit_code=code,
+            container_exit_code=code,
+            ended_at="2026-01-01T00:00:00+00:00",
+            request_sha256="0" * 64,
         )
+        return Outcome(id=result.id, result=result, out_dir=out, meta={})
 
-    monkeypatch.setattr(ro, "run_operation", run_operation)
+    monkeypatch.setattr(LocalExecutor, "__call__", execute)
     return calls
 
 
@@ -1307,3 +1314,58 @@ def test_cli_glue_bad_requests(in_process_sandbox, tmp_path):
     )
     assert both.exit_code == 2
     assert in_process_sandbox == []  # nothing ran
+
+
+def test_operation_request_is_typed_and_reaches_the_executor_as_its_plan(tmp_path, monkeypatch):
+    """run_operation's one path: the typed request, staged and lowered to a Plan, goes to the
+    executor it is given; what comes back is a typed OperationResult."""
+    from pydantic import ValidationError
+
+    from runner.invocation import Outcome
+    from runner.operation import OperationRequest, OperationResult, run_operation
+    from runner.records import InvocationResult
+    from runner.store import Store
+
+    for bad in ("a/b", ".hidden", ""):
+        with pytest.raises(ValidationError):
+            OperationRequest(op="sass", inputs={bad: TRACE})
+    with pytest.raises(ValidationError):
+        OperationRequest(op="sass", timeout_s=0)
+    req = OperationRequest(
+        op="profile-torch",
+        args=["--report", "/cko/in/trace.json"],
+        inputs={"trace.json": TRACE},
+        memory="1g",
+        parent={"collection": {"id": "inv-x"}},
+        label="parse",
+    )
+    seen = []
+
+    class Recording:
+        def __call__(self, store, plan, progress=None, keep_outputs=False):
+            (mount,) = plan.mounts
+            seen.append((plan, Path(mount.source).read_bytes(), keep_outputs))
+            out = tmp_path / "inv-1" / "out"
+            out.mkdir(parents=True)
+            (out / "result.json").write_text('{"kind": "torch"}')
+            res = InvocationResult(
+                id="inv-1", op=plan.op, state="succeeded", exit_code=0, container_exit_code=0,
+                ended_at="2026-01-01T00:00:00+00:00", request_sha256="0" * 64,
+            )  # fmt: skip
+            return Outcome(id="inv-1", result=res, out_dir=out, meta={}, where={"node_id": "n1"})
+
+        def preflight(self, image, gpus):
+            return []
+
+    monkeypatch.setenv("CKO_PARSE_IMAGE", "cuda")
+    store = Store(tmp_path / "store")
+    result = run_operation(store, req, Recording())
+    ((plan, staged, kept),) = seen
+    assert kept and staged == TRACE.read_bytes() and plan.image == "cuda"  # the cpu image's stand-in
+    assert plan.command[4:] == ["profile-torch", "--report", "/cko/in/trace.json", "--out", "/cko/out"]
+    assert (plan.op, plan.memory, plan.parent, plan.label) == ("profile-torch", "1g", req.parent, "parse")
+    assert plan.mounts[0].target == "/cko/in/trace.json" and plan.mounts[0].read_only
+    assert isinstance(result, OperationResult) and result.doc == {"kind": "torch"}
+    assert (result.invocation_id, result.state, result.exit_code) == ("inv-1", "succeeded", 0)
+    assert result.where == {"node_id": "n1"}
+    assert not list(store.scratch().iterdir())  # the staged copies are gone

@@ -748,6 +748,37 @@ def test_readiness_on_the_fleet_names_what_no_node_has(cluster: Cluster, tmp_pat
     assert r.code == 2 and r.json["field"] == "gpu_model"
 
 
+TRACE = ROOT / "tests" / "fixtures" / "torch" / "torch_trace.json"
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_evidence_operations_run_on_the_fleet_through_the_executor(cluster: Cluster, tmp_path: Path) -> None:
+    """An evidence command takes the measurements' path: its request becomes a Plan for the executor,
+    and --fleet ships its inputs to a node. The controller has no engine: only a node can run it."""
+    store = tmp_path / "store"
+    controller = cluster.env | {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    p = run_cko(
+        "profile", "torch", "--report", str(TRACE), "--fleet", cluster.address, "--json",
+        store=store, env=controller, timeout=180,
+    )  # fmt: skip
+    assert p.code == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert p.json["op"] == "profile-torch" and p.json["facts"]["gpu_events"] == 36
+    req = json.loads((store / "invocations" / p.json["invocation_id"] / "request.json").read_text())
+    assert req["op"] == "profile-torch" and req["command"][4] == "profile-torch"
+    (mount,) = req["mounts"]  # the staged report, shipped: mounted from the node's scratch
+    assert mount["target"] == "/cko/in/trace.json" and mount["source"].startswith(str(cluster.scratch))
+    # A refusal keeps its exit code and document wherever it ran.
+    bad = tmp_path / "trace.json"
+    bad.write_text('{"traceEvents": {}}')
+    r = run_cko(
+        "profile", "torch", "--report", str(bad), "--fleet", cluster.address, "--json",
+        store=store, env=controller, timeout=180,
+    )  # fmt: skip
+    assert r.code == 1 and r.json["refused"] is True, r.stdout[-2000:] + r.stderr[-2000:]
+    _verify(store, cluster.env)
+
+
 def test_unreachable_fleet_fails_fast() -> None:
     pytest.importorskip("ray")
     t0 = time.monotonic()

@@ -40,7 +40,6 @@ LONG: dict[str, str] = {
     "runner/demo.py:run_demo": "the demo's eight steps in order, each a few lines",
     "runner/doctor.py:diagnose": "one check after another, each a few lines",
     "runner/hostpath.py:walk": "the host path walk: every refusal beside the check that makes it",
-    "runner/operation.py:run_operation": _SPLIT,
     "runner/mcp_server.py:serve": "the MCP tool table built in one place",
 }
 

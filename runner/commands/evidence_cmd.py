@@ -2,23 +2,29 @@
 compiler output (DESIGN.md, Profiler and compiler evidence).
 
 Each runs the matching in-container operation (operations/ops/profile_*.py, sass.py,
-execution_map.py) in the sandbox with the report mounted read-only, as a recorded Invocation.
+execution_map.py) in the sandbox with the report mounted read-only, as a recorded Invocation: an
+`OperationRequest` handed to the executor (runner/operation.py), this host's or, with --fleet, a
+node's.
 Exit 0 with the facts; exit 1 when the operation refused the report (its reason and field are
 printed); 2 for a bad command line; 4 on timeout; 5 when no engine or image is there.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
 from rich.text import Text
 
-from ..cliutil import Outcome, common, handled, load_json_file, say
+from ..cliutil import Outcome, common, fleet_options, handled, load_json_file, say
 from ..errors import CkoError, Exit, bad_request, failed
 from ..store import Store
+
+if TYPE_CHECKING:  # imported when run: the executor and the fleet stay out of the CLI's start-up
+    from ..operation import OperationResult
 
 TIMEOUT_S = 600.0
 REPORT_NAMES = {"ncu": "report.csv", "nsys": "report.sqlite", "torch": "trace.json"}
@@ -60,44 +66,50 @@ def _binding(store: Store, target_id: str | None, subject: str | None = None) ->
     return binding_args(store, target_id) + (_snapshot(store, t, subject) if subject else [])
 
 
-def _run(
-    store_dir: Path,
-    op: str,
-    args: list[str],
-    inputs: dict[str, Path],
-    image: str,
-    label: str,
-    policy: Path | None,
-    memory: str,
-) -> Any:
-    from ..operation import run_operation
+@dataclass(frozen=True)
+class Where:
+    """Where a command's operations run and under which limits: the options every evidence command
+    shares (--policy, --memory, --fleet, --gpu-model)."""
 
-    store = Store(store_dir)
-    return run_operation(
-        store=store,
+    store: Path
+    policy: Path | None
+    memory: str
+    fleet: str | None = None
+    gpu_model: str | None = None
+
+
+def _run(
+    where: Where, op: str, args: list[str], inputs: dict[str, Path], image: str, label: str
+) -> OperationResult:
+    """One evidence operation through the executor seam: this host, or the --fleet's node."""
+    from ..fleet import open_executor
+    from ..operation import OperationRequest, run_operation
+
+    req = OperationRequest(
         op=op,
         args=args,
         inputs=inputs,
         image=image,
-        gpus=None,
-        timeout=TIMEOUT_S,
+        timeout_s=TIMEOUT_S,
         label=label,
-        memory=memory,
-        policy_path=str(policy) if policy else None,
+        memory=where.memory,
+        policy_path=str(where.policy) if where.policy else None,
     )
+    with open_executor(where.fleet, where.gpu_model) as executor:
+        return run_operation(Store(where.store), req, executor)
 
 
-def _finish(result: Any, op: str, human: Any) -> Outcome:
+def _finish(result: OperationResult, op: str, human: Any) -> Outcome:
     """Map an OperationResult to an Outcome: facts, a refusal (exit 1), or an error."""
-    if getattr(result, "state", None) == "timed_out":
+    if result.state == "timed_out":
         raise CkoError(
             f"{op}: timed out after {TIMEOUT_S:.0f} s (invocation {result.invocation_id})",
             exit_code=Exit.TIMED_OUT,
             code="timed_out",
         )
     doc = result.doc
-    if not isinstance(doc, dict):
-        tail = (getattr(result, "stderr_tail", "") or "").strip()[-400:]
+    if doc is None:
+        tail = result.stderr_tail.strip()[-400:]
         raise failed(
             f"{op}: the operation wrote no result (container exit {result.exit_code}, "
             f"invocation {result.invocation_id}){': ' + tail if tail else ''}",
@@ -120,7 +132,7 @@ def _finish(result: Any, op: str, human: Any) -> Outcome:
         "invocation_id": result.invocation_id,
         "op": op,
         "facts": doc,
-        "outputs": list(result.outputs or []),
+        "outputs": [o.model_dump(mode="json") for o in result.outputs],
     }
     return Outcome(doc=out, human=human(doc, result.invocation_id))
 
@@ -292,10 +304,9 @@ _memory = click.option(
 )
 
 
-def _collect_outcome(
-    store: Path, request: Path | None, target: str | None, policy: Path | None, memory: str, tool: str
-) -> Outcome:
-    from ..workflow.collect import collect_ncu, collect_nsys, collect_torch, load
+def _collect_outcome(where: Where, request: Path | None, target: str | None, tool: str) -> Outcome:
+    from ..fleet import open_executor
+    from ..workflow.collect import CollectOptions, collect_ncu, collect_nsys, collect_torch, load
 
     if request is None:
         raise bad_request("--collect needs --request", field="request")
@@ -307,9 +318,13 @@ def _collect_outcome(
         "nsys": (collect_nsys, _human_nsys),
         "torch": (collect_torch, _human_torch),
     }[tool]
-    doc, code = collector(
-        Store(store), creq, say, policy_path=str(policy) if policy else None, parse_memory=memory
-    )
+    with open_executor(where.fleet, where.gpu_model) as executor:
+        opts = CollectOptions(
+            policy_path=str(where.policy) if where.policy else None,
+            parse_memory=where.memory,
+            executor=executor,
+        )
+        doc, code = collector(Store(where.store), creq, say, opts)
     facts = doc.get("facts") or {}
     return Outcome(
         doc=doc,
@@ -353,6 +368,7 @@ def profile() -> None:
 @_target
 @_policy
 @_memory
+@fleet_options
 @common
 @handled
 def profile_ncu(
@@ -364,6 +380,8 @@ def profile_ncu(
     target: str | None,
     policy: Path | None,
     memory: str,
+    fleet: str | None,
+    gpu_model: str | None,
     store: Path,
     as_json: bool,
 ) -> Outcome:
@@ -371,8 +389,9 @@ def profile_ncu(
 
     With --collect, the Target's driver runs under `ncu --clock-control none` in the cuda image
     (as the non-root container user: no capability is added; refused where the host keeps counters to admins) and the report it writes is parsed."""
+    where = Where(store, policy, memory, fleet, gpu_model)
     if collect:
-        return _collect_outcome(store, request, target, policy, memory, "ncu")
+        return _collect_outcome(where, request, target, "ncu")
     if report is None:
         raise bad_request("--report is required (or --collect --request F)", field="report")
     rep = _file(report, "report")
@@ -386,7 +405,7 @@ def profile_ncu(
     if tool_version:
         args += ["--tool-version", tool_version]
     args += _binding(Store(store), target)
-    result = _run(store, "profile-ncu", args, inputs, "cpu", "profile ncu", policy, memory)
+    result = _run(where, "profile-ncu", args, inputs, "cpu", "profile ncu")
     return _finish(result, "profile-ncu", _human_ncu)
 
 
@@ -410,6 +429,7 @@ def profile_ncu(
 @_target
 @_policy
 @_memory
+@fleet_options
 @common
 @handled
 def profile_nsys(
@@ -420,12 +440,15 @@ def profile_nsys(
     target: str | None,
     policy: Path | None,
     memory: str,
+    fleet: str | None,
+    gpu_model: str | None,
     store: Path,
     as_json: bool,
 ) -> Outcome:
     """Nsight Systems SQLite export: kernels, memcpy/memset, CUDA API calls, NVTX ranges."""
+    where = Where(store, policy, memory, fleet, gpu_model)
     if collect:
-        return _collect_outcome(store, request, target, policy, memory, "nsys")
+        return _collect_outcome(where, request, target, "nsys")
     if report is None:
         raise bad_request("--report is required (or --collect --request F)", field="report")
     rep = _file(report, "report")
@@ -433,9 +456,7 @@ def profile_nsys(
     if tool_version:
         args += ["--tool-version", tool_version]
     args += _binding(Store(store), target)
-    result = _run(
-        store, "profile-nsys", args, {REPORT_NAMES["nsys"]: rep}, "cpu", "profile nsys", policy, memory
-    )
+    result = _run(where, "profile-nsys", args, {REPORT_NAMES["nsys"]: rep}, "cpu", "profile nsys")
     return _finish(result, "profile-nsys", _human_nsys)
 
 
@@ -461,6 +482,7 @@ def profile_nsys(
 @_target
 @_policy
 @_memory
+@fleet_options
 @common
 @handled
 def profile_torch(
@@ -471,6 +493,8 @@ def profile_torch(
     target: str | None,
     policy: Path | None,
     memory: str,
+    fleet: str | None,
+    gpu_model: str | None,
     store: Path,
     as_json: bool,
 ) -> Outcome:
@@ -480,8 +504,9 @@ def profile_torch(
     first timed block (after one warm-up) runs under torch.profiler; the Chrome trace is kept as an
     object of the collection, bound to the Target, the subject's snapshot and the environment, and
     parsed here. Diagnostic evidence: the trace is written by the subject's own process."""
+    where = Where(store, policy, memory, fleet, gpu_model)
     if collect:
-        return _collect_outcome(store, request, target, policy, memory, "torch")
+        return _collect_outcome(where, request, target, "torch")
     if report is None:
         raise bad_request("--report is required (or --collect --request F)", field="report")
     rep = _file(report, "report")
@@ -489,9 +514,7 @@ def profile_torch(
     if tool_version:
         args += ["--tool-version", tool_version]
     args += _binding(Store(store), target)
-    result = _run(
-        store, "profile-torch", args, {REPORT_NAMES["torch"]: rep}, "cpu", "profile torch", policy, memory
-    )
+    result = _run(where, "profile-torch", args, {REPORT_NAMES["torch"]: rep}, "cpu", "profile torch")
     return _finish(result, "profile-torch", _human_torch)
 
 
@@ -531,6 +554,7 @@ def profile_torch(
 @_target
 @_policy
 @_memory
+@fleet_options
 @common
 @handled
 def sass(
@@ -545,11 +569,14 @@ def sass(
     target: str | None,
     policy: Path | None,
     memory: str,
+    fleet: str | None,
+    gpu_model: str | None,
     store: Path,
     as_json: bool,
 ) -> Outcome:
     """Compiler evidence: registers, spills, stack, instruction mix, HGMMA/HMMA/LDL/STL/LDGSTS/TMA;
     from PTX (--ptx) or a Triton kernel's cache (--triton) the same per-kernel stage facts."""
+    where = Where(store, policy, memory, fleet, gpu_model)
     bind = _binding(Store(store), target, subject)
     if ptx_file is not None or triton_dir is not None:
         given = [n for n, v in (("sass", sass_file), ("ptxas", ptxas_file), ("resource", resource_file),
@@ -559,7 +586,7 @@ def sass(
                 "give one of --ptx, --triton or the SASS inputs", field="ptx" if ptx_file else "triton"
             )
         inputs, args = _ptx_inputs(ptx_file) if ptx_file is not None else _triton_inputs(triton_dir)
-        result = _run(store, "sass", args + bind, inputs, "cpu", "sass", policy, memory)
+        result = _run(where, "sass", args + bind, inputs, "cpu", "sass")
         return _finish(result, "sass", _human_stages)
     if binary is not None and (sass_file is not None or resource_file is not None):
         raise bad_request("give --binary, or --sass/--resource, not both", field="binary")
@@ -580,7 +607,7 @@ def sass(
         args += ["--tool-version", tool_version]
     args += bind
     image = "cuda" if binary is not None else "cpu"
-    result = _run(store, "sass", args, inputs, image, "sass", policy, memory)
+    result = _run(where, "sass", args, inputs, image, "sass")
     return _finish(result, "sass", _human_sass)
 
 
@@ -616,15 +643,25 @@ def _triton_inputs(root: Path | None) -> tuple[dict[str, Path], list[str]]:
 )
 @_policy
 @_memory
+@fleet_options
 @common
 @handled
-def execution_map(request: Path, policy: Path | None, memory: str, store: Path, as_json: bool) -> Outcome:
+def execution_map(
+    request: Path,
+    policy: Path | None,
+    memory: str,
+    fleet: str | None,
+    gpu_model: str | None,
+    store: Path,
+    as_json: bool,
+) -> Outcome:
     """Coverage, overlap, idle gaps and the removable-time bound from intervals or a report.
 
     The request holds `intervals` ([{lane, name, start_ns, end_ns}]) or `source`
     ({kind: nsys|torch, report: PATH, include: [...]}), and optionally `window`, `exclude`,
     `remove` ([{label, names|contains|regex, lanes}]) and `max_gaps`.
     """
+    where = Where(store, policy, memory, fleet, gpu_model)
     req_path = _file(request, "request")
     doc = load_json_file(req_path, "request")
     if not isinstance(doc, dict):
@@ -638,7 +675,7 @@ def execution_map(request: Path, policy: Path | None, memory: str, store: Path, 
             rp = (req_path.parent / rp).resolve()
         inputs["report"] = _file(rp, "source.report")
         args += ["--report", "/cko/in/report"]
-    result = _run(store, "execution-map", args, inputs, "cpu", "execution map", policy, memory)
+    result = _run(where, "execution-map", args, inputs, "cpu", "execution map")
     return _finish(result, "execution-map", _human_map)
 
 

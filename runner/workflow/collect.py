@@ -25,7 +25,9 @@ from operations.torchprof import ENV as TORCH_PROFILE_ENV
 
 from ..canonical import sha256_bytes
 from ..errors import CkoError, Exit, bad_request, failed
+from ..executor import LOCAL, Executor
 from ..models import Closed, Ref
+from ..operation import OperationRequest, run_operation
 from ..store import Store, check_id
 from . import ops
 from .measure import Measured, run_measurement
@@ -40,6 +42,16 @@ class CollectRequest(Closed):
     reps: int = 2
     ncu_args: list[str] = []
     timeout_s: float = 900.0
+
+
+@dataclass(frozen=True)
+class CollectOptions:
+    """How a collection runs: its policy, the parse's memory limit, and where both invocations run
+    (the collection and the parse go to the same executor: on a fleet, both on its nodes)."""
+
+    policy_path: str | None = None
+    parse_memory: str = "4g"
+    executor: Executor = LOCAL
 
 
 @dataclass(frozen=True)
@@ -121,7 +133,7 @@ def _collect(
     req: CollectRequest,
     run: CollectRun,
     progress: ops.Progress,
-    policy_path: str | None,
+    opts: CollectOptions,
 ) -> tuple[Measured, Snapshot, bytes]:
     """Run one subject for `req.reps` blocks with `run` applied; the report it kept, or a coded failure."""
     snap, case = _subject(store, t, req)
@@ -144,9 +156,10 @@ def _collect(
         progress=progress,
         telemetry=False,
         counters=run.counters,
-        policy_path=policy_path,
+        policy_path=opts.policy_path,
         keep=(run.report,),
         worker_env=run.env,
+        executor=opts.executor,
     )
     data = (m.kept or {}).get(run.report)
     if data is None:
@@ -162,15 +175,12 @@ def _parse(
     t: Target,
     m: Measured,
     subject: tuple[str, Snapshot],
-    op: str,
+    run: CollectRun,
     data: bytes,
     tool_version: str | None,
-    parse_memory: str,
-    policy_path: str | None,
+    opts: CollectOptions,
 ) -> tuple[dict[str, Any], int]:
-    """The kept report parsed by its operation in the cpu image, bound to the Target."""
-    from ..operation import run_operation
-
+    """The kept report parsed by `run.op` in the cpu image, bound to the Target."""
     tmp = Path(tempfile.mkdtemp(prefix="cko-collect-"))
     try:
         (tmp / "report").write_bytes(data)
@@ -178,17 +188,17 @@ def _parse(
         args += ["--bind-subject", subject[0], "--bind-snapshot", subject[1].sha256]
         if tool_version:
             args += ["--tool-version", tool_version]
-        res = run_operation(
-            store=store,
-            op=op,
+        req = OperationRequest(
+            op=run.op,
             args=args,
             inputs={"report": tmp / "report"},
             image="cpu",
-            label=f"parse {op} {t.name}",
+            label=f"parse {run.op} {t.name}",
             parent={"collection": m.invocation.model_dump()},
-            memory=parse_memory,
-            policy_path=policy_path,
+            memory=opts.parse_memory,
+            policy_path=opts.policy_path,
         )
+        res = run_operation(store, req, opts.executor)
         return {"parse": {"invocation": res.invocation_id, "exit_code": res.exit_code}, "facts": res.doc}, (
             0 if res.exit_code == 0 else 1
         )
@@ -216,13 +226,10 @@ def _parsed_and_bound(
     run: CollectRun,
     data: bytes,
     tool_version: str | None,
-    parse_memory: str,
-    policy_path: str | None,
+    opts: CollectOptions,
 ) -> tuple[dict[str, Any], int]:
     """The answer of every collector: the report's binding and its facts, parsed by `run.op`."""
-    parsed, code = _parse(
-        store, t, m, (req.subject, snap), run.op, data, tool_version, parse_memory, policy_path
-    )
+    parsed, code = _parse(store, t, m, (req.subject, snap), run, data, tool_version, opts)
     return _bound(m, req, snap, run.report, data) | parsed, code
 
 
@@ -230,8 +237,7 @@ def collect_ncu(
     store: Store,
     req: CollectRequest,
     progress: ops.Progress,
-    policy_path: str | None = None,
-    parse_memory: str = "4g",
+    opts: CollectOptions = CollectOptions(),
 ) -> tuple[dict[str, Any], int]:
     """Profile one subject under ncu, then parse its report (the parse in a container of `parse_memory`)."""
     t, tref = _target(store, req, ncu=True)
@@ -243,7 +249,7 @@ def collect_ncu(
             raise bad_request(f"ncu_args: {a} is set by cko", field="ncu_args")
     wrapped = t.driver.model_copy(update={"command": [*NCU_BASE, *req.ncu_args, *t.driver.command]})
     run = CollectRun(tool="ncu", driver=wrapped, report=NCU_REPORT, op="profile-ncu", counters=True, warmup=0)
-    m, snap, data = _collect(store, t, tref, req, run, progress, policy_path)
+    m, snap, data = _collect(store, t, tref, req, run, progress, opts)
     if b"ERR_NVGPUCTRPERM" in data:
         from ..policy import counters_refusal
 
@@ -251,15 +257,14 @@ def collect_ncu(
         err.detail = {"collection": m.invocation.model_dump()}
         raise err
     tools = (m.identity.tools if m.identity else {}) or {}
-    return _parsed_and_bound(store, t, m, req, snap, run, data, tools.get("ncu"), parse_memory, policy_path)
+    return _parsed_and_bound(store, t, m, req, snap, run, data, tools.get("ncu"), opts)
 
 
 def collect_torch(
     store: Store,
     req: CollectRequest,
     progress: ops.Progress,
-    policy_path: str | None = None,
-    parse_memory: str = "4g",
+    opts: CollectOptions = CollectOptions(),
 ) -> tuple[dict[str, Any], int]:
     """One block of one subject under torch.profiler in its worker (operations/torchprof.py), the
     Chrome trace kept as an object of the collection, then parsed by `profile-torch`."""
@@ -273,16 +278,15 @@ def collect_torch(
         env={TORCH_PROFILE_ENV: f"/cko/out/{TORCH_REPORT}"},
         warmup=1,  # compilation and caches settle before the profiled block
     )
-    m, snap, data = _collect(store, t, tref, req, run, progress, policy_path)
-    return _parsed_and_bound(store, t, m, req, snap, run, data, None, parse_memory, policy_path)
+    m, snap, data = _collect(store, t, tref, req, run, progress, opts)
+    return _parsed_and_bound(store, t, m, req, snap, run, data, None, opts)
 
 
 def collect_nsys(
     store: Store,
     req: CollectRequest,
     progress: ops.Progress,
-    policy_path: str | None = None,
-    parse_memory: str = "4g",
+    opts: CollectOptions = CollectOptions(),
 ) -> tuple[dict[str, Any], int]:
     """One subject's worker under `nsys profile`, its SQLite export kept and parsed by `profile-nsys`.
 
@@ -303,8 +307,8 @@ def collect_nsys(
         )
     wrapped = t.driver.model_copy(update={"command": [*NSYS_BASE, *t.driver.command]})
     run = CollectRun(tool="nsys", driver=wrapped, report=NSYS_REPORT, op="profile-nsys", warmup=1)
-    m, snap, data = _collect(store, t, tref, req, run, progress, policy_path)
-    return _parsed_and_bound(store, t, m, req, snap, run, data, tools.get("nsys"), parse_memory, policy_path)
+    m, snap, data = _collect(store, t, tref, req, run, progress, opts)
+    return _parsed_and_bound(store, t, m, req, snap, run, data, tools.get("nsys"), opts)
 
 
 def binding_args(store: Store, target_id: str | None) -> list[str]:
@@ -330,4 +334,12 @@ def load(path: Path) -> tuple[CollectRequest, Path]:
     return ops.load_request(path, CollectRequest)
 
 
-__all__ = ["CollectRequest", "binding_args", "collect_ncu", "collect_nsys", "collect_torch", "json"]
+__all__ = [
+    "CollectOptions",
+    "CollectRequest",
+    "binding_args",
+    "collect_ncu",
+    "collect_nsys",
+    "collect_torch",
+    "json",
+]
