@@ -175,7 +175,9 @@ GPU_EXPECTED = {
     "queue_flood": ("inconclusive", "integrity_violation"),  # the idle probe voids the blocks
     "forged_time": ("integrity_violation",),
     "cache_by_ptr": ("failed_accuracy",),
-    "patched_tensor_method": ("failed_accuracy",),  # the check runs in the supervisor's process
+    # the check runs in the supervisor's process (its output is its input: wrong), and the worker's
+    # own snapshot of torch.Tensor's methods sees the swap (the candidate's docstring): either voids
+    "patched_tensor_method": ("failed_accuracy", "integrity_violation"),
     "input_overwrite": ("failed_accuracy",),
     "nan_output": ("failed_accuracy",),
     "check_detector": ("failed_accuracy",),
