@@ -80,3 +80,19 @@ def test_longest_functions_and_modules_are_within_bounds_or_say_why() -> None:
     )
     stale = sorted(set(LONG) - over)
     assert not stale, f"within the bounds now: take them out of LONG: {stale}"
+
+
+def test_no_import_runs_back_up() -> None:
+    """The layering issue 23 asked for, from the project's own import graph (tests/import_graph.py):
+    the container side never imports the host side; the executor seam does not know the fleet
+    behind it; the fleet's wire and placement are below its controller and node."""
+    from tests.import_graph import graph
+
+    g = graph(ROOT, depth=3)
+    for group, deps in g.items():
+        if group.startswith(("operations", "knowledge")):
+            assert not any(d.startswith("runner") for d in deps), (group, deps)
+    assert not any(d.startswith("runner.fleet") for d in g["runner.executor"]), g["runner.executor"]
+    for low in ("runner.fleet.wire", "runner.fleet.placement"):
+        assert not g[low] & {"runner.fleet.controller", "runner.fleet.node", "runner.fleet.executor"}, g[low]
+    print("\n".join(f"{k:32} -> {', '.join(sorted(v)) or '-'}" for k, v in sorted(g.items())))
