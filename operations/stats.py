@@ -99,8 +99,6 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
-import scipy
-import scipy.stats
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Direction = Literal["lower", "higher"]
@@ -114,8 +112,22 @@ DEFAULT_RESAMPLES = 4000
 MIN_RESAMPLES = 100
 METHOD = "median-log-ratio; hull(percentile bootstrap over pairs, order-statistic interval)"
 
-# scipy >= 1.15 seeds resampling through `rng`; older versions through `random_state`.
-_SEED_KW = "rng" if "rng" in inspect.signature(scipy.stats.bootstrap).parameters else "random_state"
+
+@functools.cache
+def scipy_stats() -> Any:
+    """scipy.stats, imported on first use: the import costs ~1.2 s of every CLI start, and most
+    commands (every one that only reads or writes records) never compute a statistic."""
+    import scipy.stats
+
+    return scipy.stats
+
+
+@functools.cache
+def _seed_kw() -> str:
+    """scipy >= 1.15 seeds resampling through `rng`; older versions through `random_state`."""
+    return "rng" if "rng" in inspect.signature(scipy_stats().bootstrap).parameters else "random_state"
+
+
 # Bound the bootstrap's working array (resamples x pairs floats) to about 32 MB per batch.
 _BATCH_ELEMENTS = 4_000_000
 
@@ -360,7 +372,7 @@ def order_coverage(n: int, confidence: float) -> float | None:
 @functools.lru_cache(maxsize=4096)
 def _order(n: int, confidence: float) -> tuple[int, float | None]:
     alpha_half = (1.0 - confidence) / 2.0
-    binom = scipy.stats.binom
+    binom = scipy_stats().binom
     k = max(int(binom.ppf(alpha_half, n, 0.5)), 0)
     while k < n and binom.cdf(k, n, 0.5) <= alpha_half:
         k += 1
@@ -377,7 +389,7 @@ def percentile_bootstrap(
     """Seeded, vectorised percentile bootstrap of `statistic` over independent `samples`, in batches
     bounded by _BATCH_ELEMENTS (the one place the paired and the two-sample intervals draw)."""
     batch = max(1, min(resamples, _BATCH_ELEMENTS // sum(x.size for x in samples)))
-    res = scipy.stats.bootstrap(
+    res = scipy_stats().bootstrap(
         samples,
         statistic,
         paired=False,
@@ -386,7 +398,7 @@ def percentile_bootstrap(
         vectorized=True,
         method="percentile",
         confidence_level=confidence,
-        **{_SEED_KW: np.random.default_rng(seed)},
+        **{_seed_kw(): np.random.default_rng(seed)},
     )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
@@ -400,10 +412,12 @@ def _bootstrap_ci(d: np.ndarray, confidence: float, seed: int, resamples: int) -
 def _wilcoxon_p(d: np.ndarray) -> float:
     if not np.any(d != 0):
         return 1.0  # every pair is a tie: no evidence of any effect
-    return float(scipy.stats.wilcoxon(d).pvalue)
+    return float(scipy_stats().wilcoxon(d).pvalue)
 
 
 def _versions() -> dict[str, str]:
+    import scipy
+
     return {"numpy": np.__version__, "scipy": scipy.__version__}
 
 

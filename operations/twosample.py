@@ -35,7 +35,6 @@ import math
 from typing import Any, Literal
 
 import numpy as np
-import scipy.stats
 
 from .stats import (
     DEFAULT_CONFIDENCE,
@@ -52,6 +51,7 @@ from .stats import (
     _pct,
     _versions,
     percentile_bootstrap,
+    scipy_stats,
 )
 
 StackVerdict = Literal["faster", "slower", "no_difference", "inconclusive"]
@@ -168,7 +168,7 @@ def _rank_interval(
 def _mannwhitney_p(x: np.ndarray, y: np.ndarray) -> float:
     if np.all(x == x[0]) and np.all(y == y[0]) and x[0] == y[0]:
         return 1.0
-    return float(scipy.stats.mannwhitneyu(y, x, alternative="two-sided").pvalue)
+    return float(scipy_stats().mannwhitneyu(y, x, alternative="two-sided").pvalue)
 
 
 def compare_two(

@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from .errors import CkoError, failed
+from .errors import CkoError, failed, pydantic_error
 from .images import repo_root
 from .report import gather, html_report, text
 from .store import Store
@@ -26,7 +27,19 @@ from .workflow.requests import BaselineRequest, ExperimentRequest, ReadinessRequ
 STEPS = ["readiness", "baseline", "variant", "screen", "target", "champion select", "audit", "report"]
 
 
-def run_demo(store_dir: Path, example: str, console: Console) -> dict[str, Any]:
+def _readiness_request(ex: Path, image: str | None) -> tuple[ReadinessRequest, Path]:
+    """The example's readiness request, in `image` when given (validated as the request's own field
+    would be: an error names `image`)."""
+    req, base = ops.load_request(ex / "readiness.json", ReadinessRequest)
+    if image is None:
+        return req, base
+    try:
+        return ReadinessRequest.model_validate(req.model_dump(mode="json") | {"image": image}), base
+    except ValidationError as exc:
+        raise pydantic_error(exc, "--image") from None
+
+
+def run_demo(store_dir: Path, example: str, console: Console, image: str | None = None) -> dict[str, Any]:
     ex = repo_root() / "examples" / example
     if not (ex / "readiness.json").is_file():
         raise failed(f"example {example} not found at {ex}", code="missing_example")
@@ -36,6 +49,7 @@ def run_demo(store_dir: Path, example: str, console: Console) -> dict[str, Any]:
             code="store_not_empty",
             field="store",
         )
+    req, base = _readiness_request(ex, image)  # validated before the store is touched
     store = Store(store_dir)
     summary: dict[str, Any] = {"store": str(store.root), "example": example, "steps": {}}
     t_start = time.monotonic()
@@ -61,7 +75,6 @@ def run_demo(store_dir: Path, example: str, console: Console) -> dict[str, Any]:
             prog.advance(task)
 
         step("readiness")
-        req, base = ops.load_request(ex / "readiness.json", ReadinessRequest)
         doc, code = ops.readiness(store, req, base, note)
         if code:
             raise failed(f"readiness: not ready: {doc.get('blockers')}", code="not_ready")

@@ -236,9 +236,14 @@ def report_cmd(store: Path, as_json: bool, html_path: Path | None, handoff_path:
 
 @click.command("demo")
 @click.option("--example", default="numpy-softmax", show_default=True, help="Bundled example to run.")
+@click.option(
+    "--image",
+    default=None,
+    help="Run it in this named image (a recipe built with `cko images build NAME`) instead of the example's.",
+)
 @common
 @handled
-def demo_cmd(store: Path, as_json: bool, example: str) -> Outcome:
+def demo_cmd(store: Path, as_json: bool, example: str, image: str | None) -> Outcome:
     """The main job: the whole loop on a bundled example, in a fresh store, ending in a report.
 
     With no --store, a new directory under ./cko-demo/ is used.
@@ -250,7 +255,7 @@ def demo_cmd(store: Path, as_json: bool, example: str) -> Outcome:
     ctx = click.get_current_context()
     if ctx.get_parameter_source("store") is not click.core.ParameterSource.COMMANDLINE:
         store = Path("cko-demo") / time.strftime("run-%Y%m%dT%H%M%S")
-    summary = run_demo(store, example, console(as_json) if not as_json else progress_console())
+    summary = run_demo(store, example, console(as_json) if not as_json else progress_console(), image=image)
     t = Table(
         "case",
         "pairs",

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
-import scipy.stats
 
 from operations.protocol import DriverResult
+from operations.stats import scipy_stats
 
 from . import analysis
 from .requests import LoadCeiling
@@ -380,7 +380,7 @@ def _imbalance(diffs: list[float], min_effect: float) -> tuple[float | None, flo
     med = float(np.median(d))
     if not np.any(d != 0):
         return 1.0, med
-    p = float(scipy.stats.wilcoxon(d, zero_method="zsplit").pvalue)
+    p = float(scipy_stats().wilcoxon(d, zero_method="zsplit").pvalue)
     if abs(med) < min_effect and abs(float(np.mean(d))) < min_effect:
         p = 1.0
     return p, med
