@@ -19,7 +19,6 @@ Prints figures; exits 0 (not a gate), 2 without a GPU.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 import sys
@@ -31,6 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks.boundary_cost import cko, object_json  # noqa: E402
+from tests.gpu.run_subject import load_module  # noqa: E402
 
 EX = ROOT / "examples" / "torch-layernorm"
 
@@ -66,24 +66,16 @@ def _invocations(store: Path, exp: dict[str, Any]) -> dict[str, float]:
     return {"container_s": wall, "loop_s": loop, "fixed_s": wall - loop, "blocks": blocks}
 
 
-def _module(path: Path, name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def do_bench_per_sample(params: dict[str, Any]) -> dict[str, float]:
     """Seconds of do_bench's wall per sample, per subject, on the harness's own inputs."""
     import numpy as np
     from triton.testing import do_bench
 
-    driver = _module(EX / "driver.py", "cko_lnorm_driver")
+    driver = load_module(EX / "driver.py", "cko_lnorm_driver")
     inputs = driver.make_inputs(params, np.random.default_rng(0), "cuda")
     out = {}
     for which, path in (("original", EX / "kernel.py"), ("candidate", EX / "candidate" / "kernel.py")):
-        impl = _module(path, f"cko_lnorm_{which}")
+        impl = load_module(path, f"cko_lnorm_{which}")
         t0 = time.perf_counter()
         times = do_bench(lambda impl=impl: driver.run(impl, inputs), warmup=25, rep=200, return_mode="all")
         out[which] = (time.perf_counter() - t0) / len(times)

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 
-def _module(path: Path, name: str) -> Any:
+def load_module(path: Path, name: str) -> Any:
+    """A Python file as a module of its own (an example's driver or a subject), without sys.path."""
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
@@ -27,8 +28,8 @@ def main(example: str, subject: str, params: str) -> int:
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the driver imports operations.driver
-    driver = _module(Path(example) / "driver.py", "cko_example_driver")
-    impl = _module(Path(subject), "cko_example_subject")
+    driver = load_module(Path(example) / "driver.py", "cko_example_driver")
+    impl = load_module(Path(subject), "cko_example_subject")
     out = driver.run(impl, driver.make_inputs(json.loads(params), np.random.default_rng(0), "cuda"))
     torch.cuda.synchronize()
     print(f"ran {subject}: output {tuple(out.shape)} {out.dtype}")
