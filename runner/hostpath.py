@@ -141,7 +141,11 @@ def resolve(path: str | Path, field: str, rule: str = "forbidden_mount") -> Open
     raw = os.path.abspath(os.fspath(path))
     if not os.path.lexists(raw):
         raise bad_request(f"{field}: {path} does not exist", field=field)
-    real = Path(os.path.realpath(raw))
+    try:
+        real = Path(os.path.realpath(raw))
+    except OSError:
+        # realpath's lstat-then-readlink is not atomic: a link swapped between the two raises here
+        raise _changed(field, path, raw) from None
     why = forbidden(real)
     if why:
         raise refused(f"{field}: {why}", rule=rule)
@@ -149,11 +153,7 @@ def resolve(path: str | Path, field: str, rule: str = "forbidden_mount") -> Open
         fd = open_nofollow(str(real))
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT, errno.EXDEV):
-            raise refused(
-                f"{field}: {path} changed while cko checked it (a symbolic link appeared in {real}); "
-                "nothing was read",
-                rule="path_changed",
-            ) from None
+            raise _changed(field, path, str(real)) from None
         raise bad_request(f"{field}: cannot open {real}: {exc.strerror}", field=field) from None
     st = os.fstat(fd)
     kind = _kind_refusal(st)
@@ -161,6 +161,14 @@ def resolve(path: str | Path, field: str, rule: str = "forbidden_mount") -> Open
         os.close(fd)
         raise refused(f"{field}: {real} is {kind}; only regular files and directories are taken", rule=rule)
     return Opened(real, fd, st)
+
+
+def _changed(field: str, path: str | Path, where: str) -> CkoError:
+    return refused(
+        f"{field}: {path} changed while cko checked it (a symbolic link appeared or vanished in "
+        f"{where}); nothing was read",
+        rule="path_changed",
+    )
 
 
 def check_roots(policy: Policy, op: Opened, origin: str, field: str) -> None:
