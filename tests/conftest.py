@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# COLUMNS/LINES describe the runner's terminal (pytest-xdist's workers set COLUMNS=80), not that of
+# the CLI the tests start: cko honours them, so a test that wants a width passes it in `env`
+for _var in ("COLUMNS", "LINES"):
+    os.environ.pop(_var, None)
 CKO = [sys.executable, "-m", "runner"]
 
 

@@ -27,7 +27,9 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> dict:
 # What each class of trick must end in. "honest": the candidate's own maths is the original's, the
 # trick aims at the other subject, the harness or the record; the boundary leaves it an honest,
 # unaccepted comparison of identical code.
-HONEST = ("below_minimum", "inconclusive", "regressed")
+# "void": the stage saw more foreign load than the plan allows (other tests share the host) and gave
+# no verdict; still an unaccepted stage, and the trick's own effects are decided before load is.
+HONEST = ("below_minimum", "inconclusive", "regressed", "void")
 EXPECTED: dict[str, tuple[str, ...]] = {
     "cache_by_shape": ("failed_accuracy",),
     "disk_cache": ("failed_accuracy",),
