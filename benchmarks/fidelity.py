@@ -13,8 +13,8 @@ For pairs of subjects (an original and a faster candidate, or an identical contr
   worker does per block) and one replay timed: the CPU's launch cost drops out of the window;
 * do_bench: `triton.testing.do_bench(..., return_mode="median")`;
 * ncu: the same calls in a child process under `ncu --clock-control none --metrics
-  gpu__time_duration.sum --nvtx --print-nvtx-rename kernel`, each call in its own NVTX range, the
-  kernels' durations summed per call (median of 5 calls).
+  gpu__time_duration.sum`, a marker kernel launched before every call: the kernels between two
+  markers are one call's, their durations summed (median of 5 calls).
 
 It prints, per pair and mode, each tool's gain g = t_original / t_candidate - 1 and the ratio
 ln(1 + g_cko) / ln(1 + g_ncu) (1.0: cko reads exactly the kernels' gain). The issue's goals: the
@@ -34,12 +34,15 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from operations.evidence.ncu import UNITS_2025  # noqa: E402
+
 HOT_BLOCK_S = 1e-3  # a hot block lasts at least this long (per-run time = block / runs)
 NCU_CALLS = 5
 
@@ -156,50 +159,103 @@ def bench_time(fn: Callable[[], Any]) -> float:
     return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
 
-def ncu_child() -> None:
-    """Under ncu: every subject's calls, each in an NVTX range named after it."""
+MARKER = "fid_marker"
+# ncu 2025 prints ns/us/ms, older releases nsecond/usecond/msecond; `--print-units base` asks for ns,
+# and a unit outside these fails loudly (an unknown unit read as ns would shrink a call 1000x)
+NS_PER = {**UNITS_2025.time, "nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9}
+
+
+def _marker() -> Callable[[], Any]:
+    """A one-thread kernel with a name no subject launches: it cuts the profiled stream into calls."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit  # type: ignore[misc]
+    def fid_marker(p):  # type: ignore[no-untyped-def]
+        tl.store(p, 1)
+
+    buf = torch.zeros(1, device="cuda", dtype=torch.int32)
+    return lambda: fid_marker[(1,)](buf)
+
+
+def ncu_child(order_path: Path) -> None:
+    """Under ncu: a marker kernel before every call and one after the last, so the kernels between
+    two markers are exactly one call's, however many it launches and from whatever library (a name
+    or an NVTX range is not: the range attribution counted one kernel per call). The calls' order
+    and this process's id go to `order_path`. Slot i = -1 is each subject's warm-up (not counted)."""
     import torch
 
+    mark = _marker()
+    order: list[list[Any]] = []
     for name, (orig, cand) in _pairs().items():
         for which, fn in (("original", orig), ("candidate", cand)):
-            fn()  # warm (profiled too, but outside a range: not counted)
-            torch.cuda.synchronize()
-            for i in range(NCU_CALLS):
-                torch.cuda.nvtx.range_push(f"fid|{name}|{which}|{i}")
+            for i in range(-1, NCU_CALLS):
+                mark()
                 fn()
                 torch.cuda.synchronize()
-                torch.cuda.nvtx.range_pop()
+                order.append([name, which, i])
+    mark()
+    torch.cuda.synchronize()
+    order_path.write_text(json.dumps({"pid": os.getpid(), "order": order}))
 
 
 def ncu_times(timeout_s: float, cache: str) -> dict[tuple[str, str], float]:
     """(pair, which) -> median over calls of the summed kernel durations, ms. cache "all": ncu's
     default, caches flushed before every kernel (what a cold call sees); "none": left as the last
     kernel left them (what back-to-back runs see: hot and graph blocks, do_bench)."""
-    cmd = [
-        "ncu", "--clock-control", "none", "--cache-control", cache,
-        "--metrics", "gpu__time_duration.sum", "--csv",
-        "--nvtx", "--print-nvtx-rename", "kernel", "--target-processes", "all",
-        sys.executable, str(Path(__file__).resolve()), "--ncu-child",
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    text = proc.stdout[proc.stdout.find('"ID"') :]
-    per_call: dict[tuple[str, str, str], float] = {}
-    for row in csv.DictReader(io.StringIO(text)):
-        if row.get("Metric Name") != "gpu__time_duration.sum":
-            continue
-        parts = (row.get("Kernel Name") or "").split("|")
-        if len(parts) < 4 or parts[0] != "fid":
-            continue
-        scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0}.get(row.get("Metric Unit", ""), 1e-6)
-        value = float((row.get("Metric Value") or "0").replace(",", "")) * scale
-        key = (parts[1], parts[2], parts[3])
-        per_call[key] = per_call.get(key, 0.0) + value
-    if not per_call:
-        print(f"ncu gave no rows (exit {proc.returncode}): {proc.stderr[-800:]}", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as d:
+        order_path = Path(d) / "order.json"
+        cmd = [
+            "ncu", "--clock-control", "none", "--cache-control", cache,
+            "--metrics", "gpu__time_duration.sum", "--csv", "--print-units", "base",
+            "--target-processes", "all",
+            sys.executable, str(Path(__file__).resolve()), "--ncu-child", str(order_path),
+        ]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        if not order_path.exists():
+            print(f"ncu child did not finish (exit {proc.returncode}): {proc.stderr[-800:]}", file=sys.stderr)
+            return {}
+        child = json.loads(order_path.read_text())
+    per_call = _split_at_markers(_kernel_rows(proc.stdout, child["pid"]), child["order"])
     out: dict[tuple[str, str], list[float]] = {}
     for (name, which, _i), v in per_call.items():
         out.setdefault((name, which), []).append(v)
     return {k: statistics.median(v) for k, v in out.items()}
+
+
+def _kernel_rows(stdout: str, pid: int) -> list[tuple[str, float]]:
+    """(kernel name, ms) of the child's kernels, in launch order (ncu's ID)."""
+    rows = []
+    for row in csv.DictReader(io.StringIO(stdout[stdout.find('"ID"') :])):
+        if row.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        if row.get("Process ID") not in (None, "", str(pid)):
+            continue
+        unit = row.get("Metric Unit", "")
+        if unit not in NS_PER:
+            raise ValueError(f"ncu printed a duration in {unit!r}, a unit this benchmark does not know")
+        value = float((row.get("Metric Value") or "0").replace(",", "")) * NS_PER[unit] * 1e-6
+        rows.append((int(row["ID"]), row.get("Kernel Name") or "", value))
+    return [(name, v) for _, name, v in sorted(rows)]
+
+
+def _split_at_markers(
+    rows: list[tuple[str, float]], order: list[list[Any]]
+) -> dict[tuple[str, str, int], float]:
+    """Sum each call's kernels: those after the k-th marker and before the next are order[k]'s."""
+    per_call: dict[tuple[str, str, int], float] = {}
+    slot = -1
+    for name, value in rows:
+        if name.startswith(MARKER):
+            slot += 1
+            continue
+        if 0 <= slot < len(order) and order[slot][2] >= 0:
+            key = (order[slot][0], order[slot][1], order[slot][2])
+            per_call[key] = per_call.get(key, 0.0) + value
+    if slot != len(order):
+        print(f"ncu: {slot + 1} markers profiled, {len(order) + 1} launched", file=sys.stderr)
+    return per_call
 
 
 def gain(t_orig: float | None, t_cand: float | None) -> float | None:
@@ -218,15 +274,15 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--no-ncu", action="store_true")
     ap.add_argument("--ncu-timeout", type=float, default=240.0)
-    ap.add_argument("--ncu-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--ncu-child", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     import torch
 
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to measure", file=sys.stderr)
         return 2
-    if args.ncu_child:
-        ncu_child()
+    if args.ncu_child is not None:
+        ncu_child(args.ncu_child)
         return 0
     rows = measure(args.blocks)
     ncu = {} if args.no_ncu else {c: ncu_times(args.ncu_timeout, c) for c in ("all", "none")}

@@ -24,6 +24,7 @@ import shutil
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -54,16 +55,48 @@ def stages(work: Path, store: Path, mode: str) -> list[dict[str, Any]]:
 
 
 def _invocations(store: Path, exp: dict[str, Any]) -> dict[str, float]:
-    wall = loop = 0.0
-    blocks = 0
+    """The stage's walls, summed over its invocations, and where its fixed start and loop went."""
+    tot = dict.fromkeys(("container_s", "loop_s", "blocks", *PARTS), 0.0)
     for ref in exp["plan"]["invocations"]:
         inv = json.loads((store / "invocations" / ref["id"] / "result.json").read_text())
         out = next(o for o in inv["outputs"] if o["name"] == "result.json")
-        cal = object_json(store, out["sha256"])["driver_result"].get("calibration") or {}
-        wall += inv["duration_s"] or 0.0
-        loop += cal.get("loop_s") or 0.0
-        blocks += cal.get("blocks") or 0
-    return {"container_s": wall, "loop_s": loop, "fixed_s": wall - loop, "blocks": blocks}
+        res = object_json(store, out["sha256"])["driver_result"]
+        cal = res.get("calibration") or {}
+        tot["container_s"] += inv["duration_s"] or 0.0
+        tot["loop_s"] += cal.get("loop_s") or 0.0
+        tot["blocks"] += cal.get("blocks") or 0
+        for k, v in _breakdown(store / "invocations" / ref["id"] / "events.jsonl", res).items():
+            tot[k] += v
+    fixed = tot["container_s"] - tot["loop_s"]
+    # the rest: the supervisor's own start before its clock, the checks after the loop, the removals
+    rest = fixed - tot["supervisor_start_s"] - tot["workers_start_s"] - tot["setup_s"]
+    return tot | {"fixed_s": fixed, "rest_s": rest}
+
+
+# the fixed start, in order: the supervisor's container created and started; the workers' created and
+# started; the slowest worker's load (Python, the harness, the subject, its CUDA context) and the
+# supervisor's calibration; the loop then splits into what the workers' brackets held (input staging,
+# the window) and the supervisor's own share (freeze and thaw, inputs, fetches and comparisons)
+PARTS = ("supervisor_start_s", "workers_start_s", "worker_load_s", "setup_s", "bracket_s", "staging_s")
+
+
+def _breakdown(events: Path, res: dict[str, Any]) -> dict[str, float]:
+    t = {}
+    for line in events.read_text().splitlines():
+        e = json.loads(line)
+        t.setdefault(e["event"], datetime.fromisoformat(e["t"]).timestamp())
+        if e["event"] == "worker_started":
+            t["worker_started"] = datetime.fromisoformat(e["t"]).timestamp()  # the last one
+    series = res.get("series") or []
+    return {
+        "supervisor_start_s": t.get("container_started", 0.0) - t.get("created", 0.0),
+        "workers_start_s": t.get("worker_started", t.get("container_started", 0.0))
+        - t.get("container_started", 0.0),
+        "worker_load_s": max((w.get("load_s") or 0.0 for w in res.get("workers") or []), default=0.0),
+        "setup_s": (res.get("calibration") or {}).get("setup_s") or 0.0,
+        "bracket_s": sum(sum(s.get("bracket_ns") or []) for s in series) / 1e9,
+        "staging_s": sum(sum(s.get("stage_ns") or []) for s in series) / 1e9,
+    }
 
 
 def do_bench_per_sample(params: dict[str, Any]) -> dict[str, float]:
@@ -113,6 +146,12 @@ def main() -> int:
         print(f"{r['stage']:8}{r['blocks']:>7}{r['outcome'] or '-':>14}{'-' if eff is None else f'{eff:+.1f}':>10}"
               f"{r['cli_wall_s']:8.2f}{r['fixed_s']:9.2f}{r['loop_s']:8.2f}{r['do_bench_s']:11.3f}"
               f"{'-' if ratio is None else f'{ratio:.2f}':>14}")  # fmt: skip
+    print(
+        "where it went, s (fixed: supervisor container, workers' containers, slowest worker's load, "
+        "supervisor's setup incl. waiting for them; loop: inside the workers' brackets, of it staging)"
+    )
+    for r in rows:
+        print(f"{r['stage']:8}" + "".join(f"{k[:-2]}={r[k]:.3f} " for k in (*PARTS, "rest_s")))
     if args.out is not None:
         args.out.write_text(json.dumps({"do_bench_s_per_sample": per, "stages": rows}, indent=1))
     return 0

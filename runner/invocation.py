@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -120,10 +121,11 @@ class Events:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.lock = threading.Lock()  # the stage's workers start on threads of their own
 
     def __call__(self, name: str, data: dict[str, Any] | None = None) -> None:
         line = json.dumps({"t": now_iso(), "event": name, **(data or {})}, sort_keys=True, default=str)
-        with open(self.path, "a") as f:
+        with self.lock, open(self.path, "a") as f:
             f.write(line + "\n")
             f.flush()
             os.fsync(f.fileno())
