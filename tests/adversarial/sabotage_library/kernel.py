@@ -27,6 +27,9 @@ for _name in ("exp", "subtract", "max", "amax", "sum", "divide", "true_divide"):
 
 
 def softmax(x):
-    m = x.max(axis=1, keepdims=True)  # C methods: not slowed
-    e = _exp(_sub(x, m))
+    # The original's operations and its live temporaries, one for one (`shifted` stays alive as in the
+    # original: freeing it early is itself a real gain of ~10-20% here, page faults saved, and an
+    # honest one, which once let this candidate be accepted on its own merit)
+    shifted = _sub(x, x.max(axis=1, keepdims=True))  # C methods: not slowed
+    e = _exp(shifted)
     return _div(e, e.sum(axis=1, keepdims=True))
