@@ -61,7 +61,8 @@ def run(example: str, kind: str, tmp: Path) -> dict:
     req["plan"]["target_pairs"] = PAIRS
     (work / "readiness.json").write_text(json.dumps(req))
     shutil.rmtree(work / "candidate", ignore_errors=True)
-    shutil.copytree(work, tmp / f"aa-{kind}", ignore=shutil.ignore_patterns("*.json", "candidate*"))
+    (tmp / f"aa-{kind}").mkdir()  # a variant holds the files it may change: the original's kernel again
+    shutil.copy2(work / "kernel.py", tmp / f"aa-{kind}" / "kernel.py")
     store = tmp / f"store-{kind}"
     tgt = cko("readiness", "--request", str(work / "readiness.json"), "--store", str(store))["target"]["id"]
     (work / "aa.json").write_text(
@@ -98,6 +99,7 @@ def run(example: str, kind: str, tmp: Path) -> dict:
         "outcome": doc.get("stage_outcome"),
         "per_sample_ms": None if loop is None else 1e3 * (loop - windows) / n,
         "effect_pct": doc["cases"][0].get("effect_pct") if doc.get("cases") else None,
+        "block_parts_s": cal.get("block_parts_s") or {},
     }
 
 
@@ -119,6 +121,10 @@ def main() -> None:
             f"{f(r['windows_s'], '11.3f')}{f(r['per_sample_ms'], '19.2f')}{f(r['effect_pct'], '+10.2f')}"
         )
     w, t = rows
+    parts = w["block_parts_s"]
+    print("the boundary's loop by part of a block, ms per sample: " + ", ".join(
+        f"{k} {1e3 * v / w['blocks']:.2f}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])
+    ))  # fmt: skip
     print(
         f"invocation wall: boundary {w['wall_s']:.2f} s against {t['wall_s']:.2f} s harness-trusted "
         f"(+{w['wall_s'] - t['wall_s']:.2f} s); outside the windows the boundary spends "

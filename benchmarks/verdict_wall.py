@@ -54,9 +54,10 @@ def stages(work: Path, store: Path, mode: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _invocations(store: Path, exp: dict[str, Any]) -> dict[str, float]:
+def _invocations(store: Path, exp: dict[str, Any]) -> dict[str, Any]:
     """The stage's walls, summed over its invocations, and where its fixed start and loop went."""
     tot = dict.fromkeys(("container_s", "loop_s", "blocks", *PARTS), 0.0)
+    parts: dict[str, float] = {}
     for ref in exp["plan"]["invocations"]:
         inv = json.loads((store / "invocations" / ref["id"] / "result.json").read_text())
         out = next(o for o in inv["outputs"] if o["name"] == "result.json")
@@ -65,12 +66,14 @@ def _invocations(store: Path, exp: dict[str, Any]) -> dict[str, float]:
         tot["container_s"] += inv["duration_s"] or 0.0
         tot["loop_s"] += cal.get("loop_s") or 0.0
         tot["blocks"] += cal.get("blocks") or 0
+        for part, v in (cal.get("block_parts_s") or {}).items():
+            parts[part] = parts.get(part, 0.0) + v
         for k, v in _breakdown(store / "invocations" / ref["id"] / "events.jsonl", res).items():
             tot[k] += v
     fixed = tot["container_s"] - tot["loop_s"]
     # the rest: the supervisor's own start before its clock, the checks after the loop, the removals
     rest = fixed - tot["supervisor_start_s"] - tot["workers_start_s"] - tot["setup_s"]
-    return tot | {"fixed_s": fixed, "rest_s": rest}
+    return tot | {"fixed_s": fixed, "rest_s": rest, "block_parts_s": parts}
 
 
 # the fixed start, in order: the supervisor's container created and started; the workers' created and
@@ -152,6 +155,9 @@ def main() -> int:
     )
     for r in rows:
         print(f"{r['stage']:8}" + "".join(f"{k[:-2]}={r[k]:.3f} " for k in (*PARTS, "rest_s")))
+        print(f"{'':8}loop by part of a block: " + ", ".join(
+            f"{k} {v:.3f}" for k, v in sorted(r["block_parts_s"].items(), key=lambda kv: -kv[1])
+        ))  # fmt: skip
     if args.out is not None:
         args.out.write_text(json.dumps({"do_bench_s_per_sample": per, "stages": rows}, indent=1))
     return 0

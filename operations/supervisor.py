@@ -347,6 +347,27 @@ def foreign_cores(host_busy_ns: int, own_ns: int, wall_ns: int) -> float:
     return (host_busy_ns - own_ns) / wall_ns
 
 
+class Laps:
+    """Where the loop's wall goes, per part of a block, summed over the blocks (calibration
+    `block_parts_s`): the window is a small share of it, and which other part dominates differs
+    between a CPU host and a GPU (benchmarks/verdict_wall.py, boundary_cost.py print it)."""
+
+    def __init__(self) -> None:
+        self.total_ns: dict[str, int] = {}
+        self.t = time.perf_counter_ns()
+
+    def start(self) -> None:
+        self.t = time.perf_counter_ns()
+
+    def lap(self, part: str) -> None:
+        now = time.perf_counter_ns()
+        self.total_ns[part] = self.total_ns.get(part, 0) + now - self.t
+        self.t = now
+
+    def seconds(self) -> dict[str, float]:
+        return {k: round(v / 1e9, 4) for k, v in self.total_ns.items()}
+
+
 @dataclass
 class SeriesState:
     reps: list[int] = field(default_factory=list)
@@ -405,6 +426,7 @@ class Supervisor:
         self.probe: GpuProbe | None = None
         self.ctl: Ctl | None = None
         self.workers: dict[str, WorkerConn] = {}
+        self.laps = Laps()
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -518,15 +540,21 @@ class Supervisor:
         """One timed block, then the output check or release, each while only this worker runs."""
         w = self.workers[item.subject]
         key = (item.subject, item.case)
+        laps = self.laps
+        laps.start()
         if key not in self.warmed:
             self.warm(w, item.case)
             self.warmed.add(key)
+            laps.lap("warm-up")
         value, seed = self.inputs_for(item.case, item.rep)
+        laps.lap("inputs")
         if self.req.timing_mode == "graph":
             self.capture(w, item)
+            laps.lap("capture")
         if self.active is not None:
             self.freeze_all()  # the worker about to be timed is frozen while its inputs are written
         inputs_dir = self.stage_copy(w, value) if self.req.device != "cuda" else None
+        laps.lap("stage copy")
         u0 = self.activate(item.subject)
         c0 = self.controller_cpu_ns
         busy = self.probe.busy() if self.probe is not None else ""
@@ -541,9 +569,11 @@ class Supervisor:
             runs=self.req.runs_per_sample,
             mode=self.req.timing_mode,
         )
+        laps.lap("thaw and reads")
         t0 = time.perf_counter_ns()
         reply = w.call(cmd, self.req.command_timeout_s)
         bracket = time.perf_counter_ns() - t0
+        laps.lap("bracket")
         u1 = self.freeze_all()  # at once: work the subject left running stops here
         h1, p1 = host_cpu_ns(), time.process_time_ns()
         sm1 = self.clocks.sm()
@@ -567,6 +597,7 @@ class Supervisor:
         # the stage's own contexts: the supervisor's and one per worker
         st.foreign_ctx.append(None if ctx is None else max(0, ctx - 1 - len(self.workers)))
         st.throttle.append(thr)
+        laps.lap("freeze and record")
         # Checked or released, the worker's CPU time in this untimed command is measured: work a
         # subject deferred past its window would have to run here (see post_cpu_checks).
         self.activate(item.subject)
@@ -574,6 +605,7 @@ class Supervisor:
         checked = self.maybe_check(w, st, item, value, seed, watch.poll)
         if not checked:
             w.call(Drop(), self.req.command_timeout_s, watch.poll)
+        laps.lap("check or drop")
         u3 = self.freeze_all()
         if watch.busy and not st.void[-1]:
             st.void[-1] = f"during the fetch or release after the window: {watch.busy}"
@@ -581,6 +613,7 @@ class Supervisor:
         st.post_kind.append("fetch" if checked else "drop")
         if inputs_dir is not None:
             self.drop_old_copies(w, None)
+        laps.lap("freeze and clean")
 
     def capture(self, w: WorkerConn, item: ScheduleItem) -> None:
         """graph mode: the block's CUDA graph, captured on decoy inputs (wire.Capture) while only this
@@ -651,15 +684,18 @@ class Supervisor:
         if not (first or self.req.mode == "smoke" or secrets.randbelow(1_000_000) < frac * 1_000_000):
             return False
         key = (item.case, item.rep)
+        self.laps.lap("check or drop")
         if key not in self.expected:
             self.expected[key] = self.reference(self.cases[item.case].params, value)
         expected = self.expected[key]
+        self.laps.lap("check: reference")
         out_dir = w.out_dir / f"o{w.serial:06d}"
         shutil.rmtree(out_dir, ignore_errors=True)
         out_dir.mkdir(mode=0o770)
         os.chown(out_dir, -1, w.slot.gid)
         os.chmod(out_dir, 0o770)
         reply = w.call(Fetch(out=str(out_dir)), self.req.command_timeout_s, while_waiting)
+        self.laps.lap("check: fetch")
         if not reply.ok:
             raise SupervisorError(
                 "subject_failed", f"subject {item.subject}: output could not be passed back: {reply.error}"
@@ -668,6 +704,7 @@ class Supervisor:
             output = codec.decode(
                 out_dir, max_bytes=4 * max(codec.nbytes(expected), 1 << 20) + (64 << 20), device_ok=False
             )
+            self.laps.lap("check: decode")
             rel, mx, detail = compare(output, expected)
         except codec.CodecError as exc:
             rel, mx, detail = float("inf"), float("inf"), f"output refused: {exc}"
@@ -807,6 +844,7 @@ def supervise(
         calibration["setup_s"] = round(t1 - t0, 4)
         calibration["loop_s"] = round(time.monotonic() - t1, 4)
         calibration["blocks"] = len(req.schedule)
+        calibration["block_parts_s"] = sup.laps.seconds()
         sup.pair_checks()
         sup.systematic_checks()
     finally:

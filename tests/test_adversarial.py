@@ -107,3 +107,8 @@ def test_honest_candidate_same_harness_is_accepted_or_honestly_inconclusive(targ
     assert r.code == 0, r.stdout
     assert doc["stage_outcome"] not in VOIDING
     assert doc["cases"][0]["effect_pct"] > 0
+    # where the loop's wall went, by part of a block: the parts are the loop's, and no more than it
+    cal = measured(target["store"], doc)["calibration"]
+    parts = cal["block_parts_s"]
+    assert {"inputs", "stage copy", "bracket", "check: fetch", "check: reference"} <= parts.keys(), parts
+    assert 0 < sum(parts.values()) <= cal["loop_s"] + 0.01, (parts, cal["loop_s"])
