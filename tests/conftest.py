@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CKO = [sys.executable, "-m", "runner"]
+CKO = [sys.executable, "-m", "cko_perf"]
 
 
 def _engine_ok() -> bool:

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from operations.driver import drive
-from operations.protocol import DriverRequest, validate_result
+from cko_perf.operations.driver import drive
+from cko_perf.operations.protocol import DriverRequest, validate_result
 
 torch = pytest.importorskip("torch")
 
@@ -144,7 +144,7 @@ def test_layernorm_wrong_implementation_fails(tmp_path):
 _INTERPRETED = """
 import importlib.util, json, sys
 import numpy as np
-from operations.driver import load_subject
+from cko_perf.operations.driver import load_subject
 example = sys.argv[1]
 spec = importlib.util.spec_from_file_location("ln_driver", example + "/driver.py")
 d = importlib.util.module_from_spec(spec)
