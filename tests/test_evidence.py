@@ -1027,48 +1027,31 @@ def test_op_sass_binary_runs_cuobjdump(tmp_path):
     assert _result(tmp_path / "c")["error"] == "not_cuda_binary"
 
 
+# `python -I -m operations` as the image runs it: there /opt/cko/src (holding operations/) is on the
+# isolated interpreter's path; here the repository root is, and only in that one process (the host
+# itself imports operations as cko_perf.operations).
+_AS_IN_THE_IMAGE = (
+    "import runpy, sys; sys.path.insert(0, {root!r}); runpy.run_module('operations', run_name='__main__')"
+)
+
+
+def _isolated_operation(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-I", "-c", _AS_IN_THE_IMAGE.format(root=str(ROOT)), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+
+
 def test_ops_dispatch_through_python_isolated(tmp_path):
     out = tmp_path / "d"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-I",
-            "-m",
-            "operations",
-            "profile-ncu",
-            "--report",
-            str(NCU / "kernels_details_full.csv"),
-            "--tool-version",
-            "2025.3.1",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    report = ["--tool-version", "2025.3.1", "--out", str(out)]
+    proc = _isolated_operation("profile-ncu", "--report", str(NCU / "kernels_details_full.csv"), *report)
     assert proc.returncode == 0, proc.stderr
     assert _result(out)["page"] == "details"
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-I",
-            "-m",
-            "operations",
-            "profile-ncu",
-            "--report",
-            str(NSYS_DB),
-            "--tool-version",
-            "2025.3.1",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    bad = _isolated_operation("profile-ncu", "--report", str(NSYS_DB), *report)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert _result(out)["error"] in ("not_text", "not_ncu_csv")
 

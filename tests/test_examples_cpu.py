@@ -174,7 +174,9 @@ def test_layernorm_candidate_triton_kernel_interpreted():
         ({"rows": 3, "cols": 4096, "dtype": "fp32", "shift": 50.0}, 1e-5),
         ({"rows": 7, "cols": 2048, "dtype": "bf16"}, 1e-2),
     ]
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    # the example's driver imports the top-level `operations`, as in the image: the root on its path
+    path = os.pathsep.join(p for p in (str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path)
     proc = subprocess.run(
         [sys.executable, "-c", _INTERPRETED, str(LAYERNORM), json.dumps([c for c, _ in cases])],
         env=env,
