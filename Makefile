@@ -35,7 +35,7 @@ venv: $(VENV)/.installed
 native: venv
 	@command -v cc >/dev/null 2>&1 || { echo "installing gcc (for the trace scanner)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; } || true
-	@$(PY) -m runner.native
+	@$(PY) -m cko_perf.runner.native
 
 engine:
 	@bash images/ensure-host.sh
@@ -52,8 +52,8 @@ registry:
 	  echo "docker-registry not installable: the registry test will skip"
 
 lint: venv
-	$(VENV)/bin/ruff check runner operations knowledge tests benchmarks examples
-	$(VENV)/bin/ruff format --check runner operations knowledge tests benchmarks examples
+	$(VENV)/bin/ruff check cko_perf runner operations knowledge tests benchmarks examples
+	$(VENV)/bin/ruff format --check cko_perf runner operations knowledge tests benchmarks examples
 	$(CKO) knowledge lint
 
 typecheck: venv  # strict: pyproject.toml [tool.mypy]

@@ -34,7 +34,7 @@ def cko(*args: str) -> dict:
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     }
     p = subprocess.run(
-        [sys.executable, "-m", "runner", *args, "--json"],
+        [sys.executable, "-m", "cko_perf", *args, "--json"],
         capture_output=True,
         text=True,
         env=env,

@@ -20,10 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runner import images  # noqa: E402
-from runner.invocation import Plan, execute  # noqa: E402
-from runner.locks import FileLock  # noqa: E402
-from runner.store import Store  # noqa: E402
+from cko_perf.runner import images  # noqa: E402
+from cko_perf.runner.invocation import Plan, execute  # noqa: E402
+from cko_perf.runner.locks import FileLock  # noqa: E402
+from cko_perf.runner.store import Store  # noqa: E402
 
 
 def timed(fn, runs: int) -> list[float]:  # type: ignore[no-untyped-def]
@@ -73,7 +73,7 @@ def main() -> None:
     )
     cli = timed(
         lambda: subprocess.run(
-            [sys.executable, "-m", "runner", "exec", "--store", str(store.root), "--", "true"],
+            [sys.executable, "-m", "cko_perf", "exec", "--store", str(store.root), "--", "true"],
             check=True,
             capture_output=True,
             cwd=ROOT,
@@ -103,7 +103,7 @@ def main() -> None:
     lock = FileLock(Path(store.root) / "bench.lock")
     code = (
         f"import sys, time; sys.path.insert(0, {str(ROOT)!r})\n"
-        "from runner.locks import FileLock\n"
+        "from cko_perf.runner.locks import FileLock\n"
         f"with FileLock({str(lock.path)!r}).hold(timeout=5, what='x'):\n"
         "    print('held', flush=True); time.sleep(3)\n"
     )

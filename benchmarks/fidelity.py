@@ -124,7 +124,7 @@ def _block(clock: Any, fn: Callable[[], Any], runs: int, mode: str) -> tuple[Cal
 
 def cko_time(fn: Callable[[], Any], mode: str, blocks: int) -> float:
     """Median per-run ms over `blocks` blocks of the worker's clock, as the worker times them."""
-    from operations.timing import TorchCuda
+    from cko_perf.operations.timing import TorchCuda
 
     clock = TorchCuda()
     for _ in range(3):

@@ -28,7 +28,7 @@ def build(home: Path, lock: Path) -> tuple[float, dict]:
     env = os.environ | {"CKO_HOME": str(home), "CKO_IMAGES_LOCK": str(lock), "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()
     r = subprocess.run(
-        [sys.executable, "-m", "runner", "images", "build", "cpu", "--offline", "--json"],
+        [sys.executable, "-m", "cko_perf", "images", "build", "cpu", "--offline", "--json"],
         env=env,
         capture_output=True,
         text=True,

@@ -33,9 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from operations.evidence import torch_trace, trace_native  # noqa: E402
-from operations.evidence.common import no_gc  # noqa: E402
-from operations.evidence.ncu import parse_ncu_csv  # noqa: E402
+from cko_perf.operations.evidence import torch_trace, trace_native  # noqa: E402
+from cko_perf.operations.evidence.common import no_gc  # noqa: E402
+from cko_perf.operations.evidence.ncu import parse_ncu_csv  # noqa: E402
 
 FIX = ROOT / "tests" / "fixtures"
 VERSION = (FIX / "ncu" / "ncu_version.txt").read_text()

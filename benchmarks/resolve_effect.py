@@ -27,12 +27,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from operations import stats  # noqa: E402
+from cko_perf.operations import stats  # noqa: E402
 
 
 def cko(*args: str) -> dict:
     r = subprocess.run(
-        [sys.executable, "-m", "runner", *args, "--json"], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-m", "cko_perf", *args, "--json"], capture_output=True, text=True, cwd=ROOT
     )
     if r.returncode != 0:
         raise SystemExit(f"cko {' '.join(args)} failed: {r.stdout[-1500:]} {r.stderr[-1500:]}")

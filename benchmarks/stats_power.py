@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from operations import stats as st
+from cko_perf.operations import stats as st
 
 GRID = [5, 10, 15, 20, 30, 40, 60, 80, 100, 150, 200, 300, 400, 600, 800, 1200, 1600]
 NOISE = [0.01, 0.02, 0.05]

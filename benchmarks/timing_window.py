@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU")
         return 2
-    from operations.driver import _TorchCuda
+    from cko_perf.operations.driver import _TorchCuda
 
     spec = importlib.util.spec_from_file_location(
         "reduce_driver", ROOT / "examples" / "cuda-reduce" / "driver.py"

@@ -10,11 +10,11 @@ import importlib
 
 # source -> (module, result model): the parsers behind `cko profile ...` and `cko sass`
 FACT_SOURCES: dict[str, tuple[str, str]] = {
-    "torch": ("operations.evidence.torch_trace", "TorchTraceFacts"),
-    "nsys": ("operations.evidence.nsys", "NsysFacts"),
-    "ncu": ("operations.evidence.ncu", "NcuFacts"),
-    "sass": ("operations.evidence.sass", "SassFacts"),
-    "execution_map": ("operations.evidence.execution_map", "ExecutionMapFacts"),
+    "torch": ("cko_perf.operations.evidence.torch_trace", "TorchTraceFacts"),
+    "nsys": ("cko_perf.operations.evidence.nsys", "NsysFacts"),
+    "ncu": ("cko_perf.operations.evidence.ncu", "NcuFacts"),
+    "sass": ("cko_perf.operations.evidence.sass", "SassFacts"),
+    "execution_map": ("cko_perf.operations.evidence.execution_map", "ExecutionMapFacts"),
 }
 
 

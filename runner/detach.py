@@ -78,7 +78,7 @@ def start(store: Store, argv: list[str], stdin_text: str | None) -> dict[str, An
         write_new(d / "stdin.json", stdin_text.encode())
     (d / "events.jsonl").touch()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner.detach", str(d)],
+        [sys.executable, "-m", "cko_perf.runner.detach", str(d)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -110,7 +110,7 @@ def _launch(d: Path) -> int:
         open(stdin_path, "rb") if stdin_path.exists() else open(os.devnull, "rb") as inp,
     ):
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runner", *spec["argv"]],
+            [sys.executable, "-m", "cko_perf", *spec["argv"]],
             stdin=inp,
             stdout=out,
             stderr=err,

@@ -88,7 +88,7 @@ def repo_root() -> Path:
     here = Path(__file__).resolve().parent.parent
     if (here / "images").is_dir() and (here / "examples").is_dir():
         return here
-    return Path(__file__).resolve().parent / "_assets"  # the wheel: setup.py installs them as runner/_assets
+    return Path(__file__).resolve().parent / "_assets"  # the wheel: setup.py installs cko_perf/runner/_assets
 
 
 def assets_root() -> Path:
@@ -234,6 +234,8 @@ def _tree_files(root: Path) -> list[Path]:
 
 
 def operations_dir() -> Path:
+    """The operations code baked into the images: runner/'s sibling, in the checkout (cko_perf/'s
+    links resolve to the repository's operations/) as in the wheel (cko_perf/operations)."""
     return (
         Path(__file__).resolve().parent.parent / "operations"
         if (Path(__file__).resolve().parent.parent / "operations").is_dir()

@@ -3,7 +3,7 @@
 Tools come from the catalogue (runner/catalogue.py), one per command, named with '_' for spaces
 ("champion_select"). A command with a request schema takes the request itself as the `request`
 argument (its relative paths resolve against `request_dir`, default the server's working
-directory); every option is an argument of its own. A call runs `python -m runner CMD --json` as a
+directory); every option is an argument of its own. A call runs `python -m cko_perf CMD --json` as a
 subprocess (the same code path as the CLI, so the JSON contract and exit codes are the CLI's) and
 returns its document as structured content; `is_error` is set when the exit code is not 0.
 """
@@ -128,7 +128,7 @@ def serve(store: Path) -> None:
         # working directory: the request's directory need not be inside the project.
         env = {**os.environ, "CKO_IMAGES_LOCK": os.environ.get("CKO_IMAGES_LOCK") or str(lock)}
         proc = await anyio.run_process(
-            [sys.executable, "-m", "runner", *argv],
+            [sys.executable, "-m", "cko_perf", *argv],
             input=(stdin or "").encode(),
             cwd=cwd,
             check=False,

@@ -1,6 +1,6 @@
 """Builds the compiled trace scanner (operations/evidence/native/trace_scan.c) on the host.
 
-    python -m runner.native [--force]
+    python -m cko_perf.runner.native [--force]
 
 The library lands beside its source, inside `operations`, so the images take it with the rest of
 the operations code (and their input hash covers it). It links against libc only and carries the

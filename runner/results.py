@@ -294,10 +294,10 @@ RESULTS: dict[str, type[Envelope]] = {
 def result_schema_entries() -> dict[str, str]:
     """Entries for runner.schemas.SCHEMAS: NAME-result -> module:Class."""
     out = {
-        cmd.replace(" ", "-") + "-result": f"runner.results:{model.__name__}"
+        cmd.replace(" ", "-") + "-result": f"cko_perf.runner.results:{model.__name__}"
         for cmd, model in RESULTS.items()
     }
-    out["error"] = "runner.results:ErrorDoc"
-    out["detached-result"] = "runner.results:DetachedResult"
-    out["stack-audit-result"] = "runner.results:StackAuditResult"
+    out["error"] = "cko_perf.runner.results:ErrorDoc"
+    out["detached-result"] = "cko_perf.runner.results:DetachedResult"
+    out["stack-audit-result"] = "cko_perf.runner.results:StackAuditResult"
     return out

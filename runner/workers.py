@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from operations.wire import CtlReply, CtlRequest, LineSocket
+from cko_perf.operations.wire import CtlReply, CtlRequest, LineSocket
 
 from . import outdir, sandbox
 from .freezer import Cgroup, FreezerError

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # the CLI the tests start: cko honours them, so a test that wants a width passes it in `env`
 for _var in ("COLUMNS", "LINES"):
     os.environ.pop(_var, None)
-CKO = [sys.executable, "-m", "runner"]
+CKO = [sys.executable, "-m", "cko_perf"]
 
 
 def _engine_ok() -> bool:

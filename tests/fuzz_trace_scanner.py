@@ -27,7 +27,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 
 def build(dest: Path) -> Path:
-    from operations.evidence import trace_native
+    from cko_perf.operations.evidence import trace_native
 
     digest = hashlib.sha256(trace_native.SOURCE.read_bytes()).hexdigest()
     lib = dest / "trace_scan_asan.so"
@@ -57,8 +57,8 @@ def fuzz(lib: Path, mutants: int, seed: int) -> int:
     import parse_speed
     import test_trace_native as t
 
-    from operations.evidence import torch_trace, trace_native
-    from operations.evidence.common import Refusal
+    from cko_perf.operations.evidence import torch_trace, trace_native
+    from cko_perf.operations.evidence.common import Refusal
 
     trace_native.LIB = trace_native.load(lib, trace_native.SOURCE)
     assert trace_native.LIB is not None, "the sanitized build did not load"

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 PACKAGES = ("runner", "operations", "knowledge")
+NAMESPACE = "cko_perf"  # the one top-level import name the three folders are installed under
 
 
 def _module_name(root: Path, path: Path) -> str:
@@ -38,7 +39,9 @@ def _imports(root: Path, path: Path) -> set[str]:
                 base = ".".join([*anchor, *([base] if base else [])])
             out.add(base)
             out.update(f"{base}.{a.name}" for a in node.names)
-    return {m for m in out if m.split(".")[0] in PACKAGES}
+    # `cko_perf.runner.cli` is the installed name of runner/cli.py: the graph names modules by folder
+    names = {m.removeprefix(f"{NAMESPACE}.") for m in out}
+    return {m for m in names if m.split(".")[0] in PACKAGES}
 
 
 def graph(root: Path, depth: int) -> dict[str, set[str]]:

@@ -47,7 +47,7 @@ def _mcp_loop(work: Path, store: Path) -> dict:
     async def main() -> dict:
         params = StdioServerParameters(
             command=sys.executable,
-            args=["-m", "runner", "mcp", "--store", str(store)],
+            args=["-m", "cko_perf", "mcp", "--store", str(store)],
             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
             cwd=str(ROOT),
         )

@@ -13,8 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from operations import codec
-from operations.supervisor import check_bracket, check_post_cpu, check_staging, systematic_disagreement
+from cko_perf.operations import codec
+from cko_perf.operations.supervisor import (
+    check_bracket,
+    check_post_cpu,
+    check_staging,
+    systematic_disagreement,
+)
 
 MS = 1_000_000
 
@@ -162,8 +167,8 @@ BURN_WITH_DETACHED_CHILD = (
 
 @pytest.mark.docker
 def test_freezer_stops_a_containers_whole_tree_detached_children_included() -> None:
-    from runner import images, sandbox
-    from runner.freezer import Cgroup
+    from cko_perf.runner import images, sandbox
+    from cko_perf.runner.freezer import Cgroup
 
     client = images.docker_client()
     spec = sandbox.ContainerSpec(
@@ -198,7 +203,7 @@ def test_freezer_stops_a_containers_whole_tree_detached_children_included() -> N
 def test_thread_pools_are_sized_to_the_containers_cpu_quota_unless_the_request_says() -> None:
     """More OpenMP/BLAS threads than the quota get the container throttled mid-block (torch on CPU
     tripped the bracket check that way); the quota, not the host's cores, sizes them."""
-    from runner import sandbox
+    from cko_perf.runner import sandbox
 
     lim = sandbox.default_limits().model_copy(update={"cpus": 3.5})
     env = sandbox.container_kwargs(sandbox.ContainerSpec(image_id="sha256:x", command=["true"], limits=lim))[

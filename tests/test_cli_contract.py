@@ -26,7 +26,7 @@ def schema_of(name: str) -> dict:
     """`cko schema NAME --json`, through the CLI in this process (a process per schema cost ~40 s)."""
     from click.testing import CliRunner
 
-    from runner.cli import cli
+    from cko_perf.runner.cli import cli
 
     r = CliRunner().invoke(cli, ["schema", name, "--json"])
     assert r.exit_code == 0, r.output
@@ -70,10 +70,10 @@ def test_fleet_combine_with_a_bad_list_is_a_bad_request_not_a_traceback(tmp_path
 def test_an_internal_error_becomes_a_json_document(tmp_path: Path) -> None:
     # The real handler on a real crash: the verify body is replaced by one that raises.
     code = (
-        "import runner.commands.store_cmd as m\n"
+        "import cko_perf.runner.commands.store_cmd as m\n"
         "def boom(st):\n    raise RuntimeError('simulated bug')\n"
         "m.verify_store = boom\n"
-        "from runner.cli import main\n"
+        "from cko_perf.runner.cli import main\n"
         f"main(['verify', '--json', '--store', {str(tmp_path)!r}])\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60)

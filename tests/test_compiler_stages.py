@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from operations.evidence.common import Binding, Refusal
-from operations.evidence.compiler_evidence import parse_triton_evidence
-from operations.evidence.mlir_stage import parse_mlir_stage
-from operations.evidence.ptx import MAX_BYTES, parse_ptx
-from operations.evidence.sass import parse_compiler_evidence
-from operations.evidence.triton_llir import parse_llir
-from operations.evidence.triton_stages import kernel_groups, parse_triton_kernel
-from operations.ops import sass as sass_op
+from cko_perf.operations.evidence.common import Binding, Refusal
+from cko_perf.operations.evidence.compiler_evidence import parse_triton_evidence
+from cko_perf.operations.evidence.mlir_stage import parse_mlir_stage
+from cko_perf.operations.evidence.ptx import MAX_BYTES, parse_ptx
+from cko_perf.operations.evidence.sass import parse_compiler_evidence
+from cko_perf.operations.evidence.triton_llir import parse_llir
+from cko_perf.operations.evidence.triton_stages import kernel_groups, parse_triton_kernel
+from cko_perf.operations.ops import sass as sass_op
 from tests.conftest import ROOT, run_cko
 
 CACHE = ROOT / "tests" / "fixtures" / "triton_stages" / "cache"

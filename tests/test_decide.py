@@ -13,11 +13,11 @@ import zlib
 import numpy as np
 import pytest
 
-from operations.protocol import Accuracy, DriverResult, Metric, Series
-from operations.stats import evenly_spaced_looks, sequential_plan
-from runner.workflow.decide import VOID_OUTCOMES, decide
-from runner.workflow.requests import Constraint, Gate, LoadCeiling, Objective, StatsPlan
-from runner.workflow.verdicts import DecidePlan, SampleLoad, Telemetry, WindowLoad
+from cko_perf.operations.protocol import Accuracy, DriverResult, Metric, Series
+from cko_perf.operations.stats import evenly_spaced_looks, sequential_plan
+from cko_perf.runner.workflow.decide import VOID_OUTCOMES, decide
+from cko_perf.runner.workflow.requests import Constraint, Gate, LoadCeiling, Objective, StatsPlan
+from cko_perf.runner.workflow.verdicts import DecidePlan, SampleLoad, Telemetry, WindowLoad
 from tests.conftest import ROOT
 
 TIME = Metric(name="time", unit="ms", direction="lower")
@@ -357,7 +357,7 @@ def test_examples_declare_a_claim_layer() -> None:
 
 
 def test_a_baseline_says_when_its_resolution_was_measured_under_load() -> None:
-    from runner.workflow.decide import under_load
+    from cko_perf.runner.workflow.decide import under_load
 
     loaded = under_load(WindowLoad(host_cpus=2, foreign_cpu_cores_median=1.1))
     assert loaded is not None and loaded.code == "measured_under_load" and "1.10 of 2" in loaded.message

@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from operations import driver
+from cko_perf.operations import driver
 
 
 class _Base:

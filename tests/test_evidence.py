@@ -23,14 +23,25 @@ from pathlib import Path
 import pytest
 from trace_outcomes import outcome, python_fast, reference
 
-from operations.evidence import torch_trace
-from operations.evidence.common import Binding, Refusal
-from operations.evidence.ncu import MODELED, UNITS_2025, normalise_unit, parse_ncu_csv, resolve_version
-from operations.evidence.nsys import parse_nsys_sqlite
-from operations.evidence.sass import parse_compiler_evidence, parse_ptxas, parse_resource_usage, parse_sass
-from operations.evidence.torch_trace import parse_torch_trace
-from operations.ops import profile_ncu, profile_nsys, profile_torch
-from operations.ops import sass as sass_op
+from cko_perf.operations.evidence import torch_trace
+from cko_perf.operations.evidence.common import Binding, Refusal
+from cko_perf.operations.evidence.ncu import (
+    MODELED,
+    UNITS_2025,
+    normalise_unit,
+    parse_ncu_csv,
+    resolve_version,
+)
+from cko_perf.operations.evidence.nsys import parse_nsys_sqlite
+from cko_perf.operations.evidence.sass import (
+    parse_compiler_evidence,
+    parse_ptxas,
+    parse_resource_usage,
+    parse_sass,
+)
+from cko_perf.operations.evidence.torch_trace import parse_torch_trace
+from cko_perf.operations.ops import profile_ncu, profile_nsys, profile_torch
+from cko_perf.operations.ops import sass as sass_op
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures"
@@ -415,7 +426,7 @@ def test_ncu_200mb_report_streams_in_bounded_memory(tmp_path, page):
     script = textwrap.dedent(
         f"""
         import json, resource, sys
-        from operations.evidence.ncu import parse_ncu_csv
+        from cko_perf.operations.evidence.ncu import parse_ncu_csv
         v = open({str(NCU / "ncu_version.txt")!r}).read()
         parse_ncu_csv({str(src)!r}, version_text=v)
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -819,7 +830,7 @@ def test_torch_trace_parses_without_msgspec(tmp_path):
     # the same facts from the reference path
     code = (
         "import sys; sys.modules['msgspec'] = None\n"
-        "from operations.evidence import torch_trace as t\n"
+        "from cko_perf.operations.evidence import torch_trace as t\n"
         "assert t.msgspec is None and t.scan_fast(b'{}') is None\n"
         f"print(t.parse_torch_trace({str(TRACE)!r}).model_dump_json())\n"
     )
@@ -1016,48 +1027,31 @@ def test_op_sass_binary_runs_cuobjdump(tmp_path):
     assert _result(tmp_path / "c")["error"] == "not_cuda_binary"
 
 
+# `python -I -m operations` as the image runs it: there /opt/cko/src (holding operations/) is on the
+# isolated interpreter's path; here the repository root is, and only in that one process (the host
+# itself imports operations as cko_perf.operations).
+_AS_IN_THE_IMAGE = (
+    "import runpy, sys; sys.path.insert(0, {root!r}); runpy.run_module('operations', run_name='__main__')"
+)
+
+
+def _isolated_operation(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-I", "-c", _AS_IN_THE_IMAGE.format(root=str(ROOT)), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+
+
 def test_ops_dispatch_through_python_isolated(tmp_path):
     out = tmp_path / "d"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-I",
-            "-m",
-            "operations",
-            "profile-ncu",
-            "--report",
-            str(NCU / "kernels_details_full.csv"),
-            "--tool-version",
-            "2025.3.1",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    report = ["--tool-version", "2025.3.1", "--out", str(out)]
+    proc = _isolated_operation("profile-ncu", "--report", str(NCU / "kernels_details_full.csv"), *report)
     assert proc.returncode == 0, proc.stderr
     assert _result(out)["page"] == "details"
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-I",
-            "-m",
-            "operations",
-            "profile-ncu",
-            "--report",
-            str(NSYS_DB),
-            "--tool-version",
-            "2025.3.1",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    bad = _isolated_operation("profile-ncu", "--report", str(NSYS_DB), *report)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert _result(out)["error"] in ("not_text", "not_ncu_csv")
 
@@ -1069,7 +1063,7 @@ def test_ops_dispatch_through_python_isolated(tmp_path):
 def _cko(*args: str, store: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, CKO_STORE=str(store))
     return subprocess.run(
-        [sys.executable, "-m", "runner", *args, "--json"],
+        [sys.executable, "-m", "cko_perf", *args, "--json"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -1166,7 +1160,7 @@ def test_cli_parse_stopped_at_its_memory_limit_says_so(tmp_path):
     assert q.returncode == 2 and json.loads(q.stdout)["field"] == "memory"
     assert len(list((store / "invocations").iterdir())) == 2
     v = subprocess.run(
-        [sys.executable, "-m", "runner", "verify", "--json"],
+        [sys.executable, "-m", "cko_perf", "verify", "--json"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -1186,10 +1180,10 @@ def test_cli_parse_stopped_at_its_memory_limit_says_so(tmp_path):
 def in_process_sandbox(monkeypatch, tmp_path):
     """The local executor replaced by one that runs the Plan's operation in-process: every evidence
     command reaches it through the executor seam (OperationRequest → Plan → executor → result)."""
-    from runner.executor import LocalExecutor
-    from runner.invocation import Outcome
-    from runner.operation import INPUT_ROOT, OPERATION
-    from runner.records import InvocationResult
+    from cko_perf.runner.executor import LocalExecutor
+    from cko_perf.runner.invocation import Outcome
+    from cko_perf.runner.operation import INPUT_ROOT, OPERATION
+    from cko_perf.runner.records import InvocationResult
 
     calls: list[dict] = []
 
@@ -1204,7 +1198,7 @@ def in_process_sandbox(monkeypatch, tmp_path):
         indir.mkdir()
         for name, src in inputs.items():
             shutil.copyfile(src, indir / name)  # staged by run_operation, removed when it returns
-        from operations.__main__ import main as ops_main
+        from cko_perf.operations.__main__ import main as ops_main
 
         code = ops_main([op, *(a.replace(INPUT_ROOT, str(indir)) for a in args), "--out", str(out)])
         result = InvocationResult(
@@ -1225,7 +1219,7 @@ def in_process_sandbox(monkeypatch, tmp_path):
 def _cli(*args: str):
     from click.testing import CliRunner
 
-    from runner.cli import cli
+    from cko_perf.runner.cli import cli
 
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
@@ -1321,10 +1315,10 @@ def test_operation_request_is_typed_and_reaches_the_executor_as_its_plan(tmp_pat
     executor it is given; what comes back is a typed OperationResult."""
     from pydantic import ValidationError
 
-    from runner.invocation import Outcome
-    from runner.operation import OperationRequest, OperationResult, run_operation
-    from runner.records import InvocationResult
-    from runner.store import Store
+    from cko_perf.runner.invocation import Outcome
+    from cko_perf.runner.operation import OperationRequest, OperationResult, run_operation
+    from cko_perf.runner.records import InvocationResult
+    from cko_perf.runner.store import Store
 
     for bad in ("a/b", ".hidden", ""):
         with pytest.raises(ValidationError):

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from operations.driver import drive
-from operations.protocol import DriverRequest, validate_result
+from cko_perf.operations.driver import drive
+from cko_perf.operations.protocol import DriverRequest, validate_result
 
 torch = pytest.importorskip("torch")
 
@@ -144,7 +144,7 @@ def test_layernorm_wrong_implementation_fails(tmp_path):
 _INTERPRETED = """
 import importlib.util, json, sys
 import numpy as np
-from operations.driver import load_subject
+from cko_perf.operations.driver import load_subject
 example = sys.argv[1]
 spec = importlib.util.spec_from_file_location("ln_driver", example + "/driver.py")
 d = importlib.util.module_from_spec(spec)
@@ -174,7 +174,9 @@ def test_layernorm_candidate_triton_kernel_interpreted():
         ({"rows": 3, "cols": 4096, "dtype": "fp32", "shift": 50.0}, 1e-5),
         ({"rows": 7, "cols": 2048, "dtype": "bf16"}, 1e-2),
     ]
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    # the example's driver imports the top-level `operations`, as in the image: the root on its path
+    path = os.pathsep.join(p for p in (str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path)
     proc = subprocess.run(
         [sys.executable, "-c", _INTERPRETED, str(LAYERNORM), json.dumps([c for c, _ in cases])],
         env=env,

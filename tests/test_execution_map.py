@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from operations.evidence.common import Refusal
-from operations.evidence.execution_map import (
+from cko_perf.operations.evidence.common import Refusal
+from cko_perf.operations.evidence.execution_map import (
     ExecutionMapRequest,
     Interval,
     Selector,
@@ -25,7 +25,7 @@ from operations.evidence.execution_map import (
     intervals_from_source,
     intervals_from_torch,
 )
-from operations.ops import execution_map as em_op
+from cko_perf.operations.ops import execution_map as em_op
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "tests" / "fixtures" / "torch" / "torch_trace.json"
@@ -265,7 +265,7 @@ def test_cli_execution_map(tmp_path):
     )
     env = dict(os.environ, CKO_STORE=str(tmp_path / "store"))
     p = subprocess.run(
-        [sys.executable, "-m", "runner", "execution-map", "--request", str(req), "--json"],
+        [sys.executable, "-m", "cko_perf", "execution-map", "--request", str(req), "--json"],
         capture_output=True,
         text=True,
         cwd=ROOT,

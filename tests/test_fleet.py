@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.errors import CkoError
-from runner.fleet import Placement, placement_for
-from runner.fleet.wire import WirePlan, plan_from_wire, plan_to_wire
-from runner.invocation import Plan
-from runner.sandbox import Mount
-from runner.workflow.per_device import DeviceAnalysis, analyse_device, combine_per_device
+from cko_perf.runner.errors import CkoError
+from cko_perf.runner.fleet import Placement, placement_for
+from cko_perf.runner.fleet.wire import WirePlan, plan_from_wire, plan_to_wire
+from cko_perf.runner.invocation import Plan
+from cko_perf.runner.sandbox import Mount
+from cko_perf.runner.workflow.per_device import DeviceAnalysis, analyse_device, combine_per_device
 from tests.conftest import CKO, ROOT, run_cko
 
 RAY = Path(sys.executable).parent / "ray"
@@ -250,7 +250,7 @@ def test_worker_killed_mid_run_is_abandoned_and_leaves_no_container(cluster: Clu
     cmd = [
         sys.executable,
         "-m",
-        "runner",
+        "cko_perf",
         "exec",
         "--fleet",
         cluster.address,
@@ -440,7 +440,7 @@ def test_node_lost_mid_run_is_abandoned_and_its_watchdog_removes_the_container(
     cmd = [
         sys.executable,
         "-m",
-        "runner",
+        "cko_perf",
         "fleet",
         "run",
         "--fleet",
@@ -492,9 +492,9 @@ def test_node_lost_mid_run_is_abandoned_and_its_watchdog_removes_the_container(
 
 EXECUTOR_SCRIPT = """
 import json, sys
-from runner.fleet import cli_session
-from runner.invocation import Plan
-from runner.store import Store
+from cko_perf.runner.fleet import cli_session
+from cko_perf.runner.invocation import Plan
+from cko_perf.runner.store import Store
 
 with cli_session(sys.argv[1]) as fl:
     run = fl.executor()  # what --fleet hands run_measurement in place of invocation.execute

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from operations.protocol import (
+from cko_perf.operations.protocol import (
     PROTOCOL,
     AccuracyRule,
     Case,
@@ -17,10 +17,10 @@ from operations.protocol import (
     Subject,
     WorkerSlot,
 )
-from operations.refill import RefillError, refill
-from operations.timing import Backend
-from operations.wire import Capture, Run
-from operations.worker import Worker
+from cko_perf.operations.refill import RefillError, refill
+from cko_perf.operations.timing import Backend
+from cko_perf.operations.wire import Capture, Run
+from cko_perf.operations.worker import Worker
 
 
 def test_refill_writes_every_buffer_in_place() -> None:

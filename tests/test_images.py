@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import __version__
+from cko_perf.runner import __version__
 from tests.conftest import GPU, run_cko
 
 
@@ -93,7 +93,7 @@ def test_a_carried_wheelhouse_never_lands_in_the_downloaded_one(
 ) -> None:
     """CKO_WHEELHOUSE once copied its wheels into the cache entry pip made for the same requirements,
     so a later plain build of the cpu image took an extra wheel into its inputs and its lock entry."""
-    from runner import imagebuild
+    from cko_perf.runner import imagebuild
 
     monkeypatch.setenv("CKO_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("CKO_WHEELHOUSE", raising=False)

@@ -285,7 +285,7 @@ def _ran_in_the_targets_image(a: Any) -> None:
 
 
 def test_host_id_and_gpu_uuid_never_void_a_comparison() -> None:
-    from runner.identity import MATTERS
+    from cko_perf.runner.identity import MATTERS
 
     assert not any(k.startswith(("host.host_id", "devices.uuid", "devices.pci_bus_id")) for k in MATTERS)
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-import knowledge
-from knowledge.arch import ArchError, parse_arch, parse_device_arch
-from knowledge.loader import CardSetError, lint, load_cards
-from knowledge.query import (
+from cko_perf import knowledge
+from cko_perf.knowledge.arch import ArchError, parse_arch, parse_device_arch
+from cko_perf.knowledge.loader import CardSetError, lint, load_cards
+from cko_perf.knowledge.query import (
     Identity,
     IdentityError,
     identity_from_target_doc,
@@ -22,8 +22,8 @@ from knowledge.query import (
     parse_lib_options,
     query,
 )
-from knowledge.versions import VersionError, parse_spec, parse_version
-from runner.cli import cli
+from cko_perf.knowledge.versions import VersionError, parse_spec, parse_version
+from cko_perf.runner.cli import cli
 
 H200 = {"torch": "2.11.0+cu130", "triton": "3.6.0", "ncu": "2025.3.1"}
 
@@ -609,10 +609,10 @@ def test_card_checks_name_facts_the_parsers_produce_from_real_reports() -> None:
     the nsys fixture), and a name no parser produces is refused by the model."""
     from pydantic import ValidationError
 
-    from knowledge.loader import read_cards
-    from knowledge.model import Check
-    from operations.evidence.nsys import parse_nsys_sqlite
-    from operations.evidence.torch_trace import parse_torch_trace
+    from cko_perf.knowledge.loader import read_cards
+    from cko_perf.knowledge.model import Check
+    from cko_perf.operations.evidence.nsys import parse_nsys_sqlite
+    from cko_perf.operations.evidence.torch_trace import parse_torch_trace
 
     fix = Path(__file__).parent / "fixtures"
     parsed = {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from operations.protocol import DriverRequest, DriverResult, validate_result
+from cko_perf.operations.protocol import DriverRequest, DriverResult, validate_result
 from tests.conftest import ROOT, run_cko
 
 HOSTILE = ROOT / "tests" / "hostile_driver"
@@ -180,8 +180,8 @@ def test_driver_request_is_closed_and_checked(kw: dict, msg: str) -> None:
 
 def test_stream_medians_cover_the_kept_pairs_only() -> None:
     """The experiment's stream-time medians use the pairs the clock rule keeps, like its sample medians."""
-    from operations.protocol import Accuracy, Series
-    from runner.workflow.analysis import kept_pairs, stream_median
+    from cko_perf.operations.protocol import Accuracy, Series
+    from cko_perf.runner.workflow.analysis import kept_pairs, stream_median
 
     def series(subject: str, stream: list[int], sm: list[list[int | None]]) -> Series:
         return Series(

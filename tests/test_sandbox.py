@@ -169,9 +169,9 @@ def test_request_json_is_only_written_under_the_active_lock(
 
     So the controller must hold the lock before request.json appears, on the run path and the
     refusal path alike (the CI run of 2026-12-03 caught the window between the two in a test)."""
-    from runner import invocation
-    from runner.errors import refused
-    from runner.store import Store
+    from cko_perf.runner import invocation
+    from cko_perf.runner.errors import refused
+    from cko_perf.runner.store import Store
 
     st = Store(store)
     held_at_write: list[bool] = []
@@ -328,7 +328,7 @@ def test_two_invocations_on_one_gpu_lock_never_overlap(tmp_path: Path) -> None:
     log = str(tmp_path / "log")
     code = (
         f"import sys, time, os; sys.path.insert(0, {str(ROOT)!r}); os.environ['CKO_LOCK_DIR'] = {str(tmp_path)!r}\n"
-        "from runner.locks import gpu_lock\n"
+        "from cko_perf.runner.locks import gpu_lock\n"
         "with gpu_lock('GPU-test').hold(timeout=float(sys.argv[1]), what='GPU-test'):\n"
         f"    open({log!r}, 'a').write(f'in {{time.time()}}\\n'); time.sleep(1.5)\n"
         f"    open({log!r}, 'a').write(f'out {{time.time()}}\\n')\n"

@@ -96,3 +96,43 @@ def test_no_import_runs_back_up() -> None:
     for low in ("runner.fleet.wire", "runner.fleet.placement"):
         assert not g[low] & {"runner.fleet.controller", "runner.fleet.node", "runner.fleet.executor"}, g[low]
     print("\n".join(f"{k:32} -> {', '.join(sorted(v)) or '-'}" for k, v in sorted(g.items())))
+
+
+# Files that run inside an operation image, where the supervisor is the top-level `operations`
+# (/opt/cko/src): a workload's kernels and drivers import it by that name.
+CONTAINER_SIDE = ("tests/adversarial", "tests/hostile_driver")
+HOST_SIDE = ("cko_perf", "runner", "knowledge", "tests", "benchmarks")
+
+
+def _imported(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom) and node.level == 0:  # a relative import stays in its package
+        return [node.module or ""]
+    return []
+
+
+def _top_level_imports(path: Path) -> list[str]:
+    """Imports of a top-level runner, operations or knowledge in one file, as `file:line: module`."""
+    rel = path.relative_to(ROOT)
+    return [
+        f"{rel}:{node.lineno}: {name}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        for name in _imported(node)
+        if name.split(".")[0] in PACKAGES
+    ]
+
+
+def test_host_code_imports_only_the_cko_perf_namespace() -> None:
+    """The wheel installs one top-level package, cko_perf (issue 21): host code that imported a
+    top-level `runner`, `operations` or `knowledge` would work in the checkout (its folders are on
+    the path there) and break in the wheel, or load a second copy of the same modules beside it."""
+    files = sorted(
+        p
+        for top in HOST_SIDE
+        for p in (ROOT / top).glob("*.py" if top == "cko_perf" else "**/*.py")
+        if "__pycache__" not in p.parts and not p.relative_to(ROOT).as_posix().startswith(CONTAINER_SIDE)
+    )
+    assert len(files) > 100, files
+    bad = [line for p in files for line in _top_level_imports(p)]
+    assert not bad, "import these as cko_perf.<package> (or relatively):\n" + "\n".join(bad)

@@ -16,16 +16,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from operations.twosample import _u_counts, compare_two, rank_rank, stack_verdict
-from runner.errors import CkoError, Exit
-from runner.identity import EnvironmentIdentity, HostIdentity, ImageIdentity
-from runner.models import ObjectRef, Ref
-from runner.workflow.records import Snapshot, Target
-from runner.workflow.requests import ReadinessRequest
-from runner.workflow.stackaudit import case_result
-from runner.workflow.stackdiff import check_declared, stack_diff
-from runner.workflow.stackrecord import StackInvocation
-from runner.workflow.verdicts import WindowLoad
+from cko_perf.operations.twosample import _u_counts, compare_two, rank_rank, stack_verdict
+from cko_perf.runner.errors import CkoError, Exit
+from cko_perf.runner.identity import EnvironmentIdentity, HostIdentity, ImageIdentity
+from cko_perf.runner.models import ObjectRef, Ref
+from cko_perf.runner.workflow.records import Snapshot, Target
+from cko_perf.runner.workflow.requests import ReadinessRequest
+from cko_perf.runner.workflow.stackaudit import case_result
+from cko_perf.runner.workflow.stackdiff import check_declared, stack_diff
+from cko_perf.runner.workflow.stackrecord import StackInvocation
+from cko_perf.runner.workflow.verdicts import WindowLoad
 from tests.conftest import ROOT, run_cko
 
 SHA = "a" * 64
@@ -231,7 +231,7 @@ def test_too_few_invocations_are_inconclusive() -> None:
 
 
 def test_run_order_interleaves_in_seeded_blocks() -> None:
-    from runner.workflow.stackaudit import run_order
+    from cko_perf.runner.workflow.stackaudit import run_order
 
     order = run_order(5, seed=7)
     assert [r for r, _ in order] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
@@ -299,10 +299,10 @@ def test_stack_options_without_stack_are_refused(tmp_path: Path) -> None:
 
 
 def test_verify_recomputes_a_stack_audits_verdicts_from_its_medians(tmp_path: Path) -> None:
-    from runner.store import Store
-    from runner.workflow.stackaudit import recheck
-    from runner.workflow.stackdiff import StackDiff
-    from runner.workflow.stackrecord import StackAudit
+    from cko_perf.runner.store import Store
+    from cko_perf.runner.workflow.stackaudit import recheck
+    from cko_perf.runner.workflow.stackdiff import StackDiff
+    from cko_perf.runner.workflow.stackrecord import StackAudit
 
     store = Store(tmp_path / "store")
     t = target(identity("1"))
@@ -340,8 +340,8 @@ def test_verify_recomputes_a_stack_audits_verdicts_from_its_medians(tmp_path: Pa
 
 
 def test_load_above_the_targets_ceiling_is_named_and_blocks() -> None:
-    from runner.workflow.requests import LoadCeiling
-    from runner.workflow.stackaudit import _reasons
+    from cko_perf.runner.workflow.requests import LoadCeiling
+    from cko_perf.runner.workflow.stackaudit import _reasons
 
     busy = WindowLoad(host_cpus=2, foreign_cpu_cores_median=1.9)
     invs = [_inv(s, r, 2.0).model_copy(update={"load": busy}) for r in range(4) for s in ("from", "to")]

@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from operations import stats as st
+from cko_perf.operations import stats as st
 
 RESAMPLES = 1000
 
@@ -563,7 +563,7 @@ def _write(tmp_path: Path, name: str, doc: object) -> Path:
 
 
 def _run(args: list[str]):  # type: ignore[no-untyped-def]
-    from runner.cli import cli
+    from cko_perf.runner.cli import cli
 
     return CliRunner().invoke(cli, ["stats", "compare", *args], catch_exceptions=False)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.store import Store
+from cko_perf.runner.store import Store
 from tests.conftest import ROOT, run_cko
 
 pytestmark = pytest.mark.docker

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from runner.store import Store
+from cko_perf.runner.store import Store
 from tests.conftest import ROOT, run_cko
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from trace_outcomes import outcome, reference
 
-from operations.evidence import torch_trace, trace_native
-from runner import native
+from cko_perf.operations.evidence import torch_trace, trace_native
+from cko_perf.runner import native
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "tests" / "fixtures" / "torch" / "torch_trace.json"

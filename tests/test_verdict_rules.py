@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.canonical import sha256_bytes
+from cko_perf.runner.canonical import sha256_bytes
 from tests.conftest import ROOT, run_cko
 
 pytestmark = pytest.mark.docker

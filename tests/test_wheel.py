@@ -1,9 +1,9 @@
 """The built wheel, installed into a fresh venv outside the checkout, runs the whole loop.
 
 Nothing from the checkout is on the path there: the recipes and examples come from the wheel
-(setup.py installs them as runner/_assets), the lock is written in the working directory, the
-store where the caller says. The image is the checkout's (same inputs, same id), so the build is
-a check, not a rebuild.
+(setup.py installs them as cko_perf/runner/_assets), the lock is written in the working directory,
+the store where the caller says. The image is the checkout's (same inputs, same id), so the build
+is a check, not a rebuild. The wheel's only top-level import name is cko_perf.
 """
 
 from __future__ import annotations
@@ -54,8 +54,12 @@ def installed() -> Path:
     )
     (wheel,) = wheels.glob("cko_perf-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "runner/_assets/images/recipes/cpu.yaml" in names
-    assert "runner/_assets/examples/numpy-softmax/readiness.json" in names
+    # one top-level import name: runner, operations and knowledge are common names elsewhere
+    assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == {"cko_perf"}, names
+    assert "cko_perf/runner/_assets/images/recipes/cpu.yaml" in names
+    assert "cko_perf/runner/_assets/examples/numpy-softmax/readiness.json" in names
+    assert "cko_perf/knowledge/cards/measurement.yaml" in names
+    assert "cko_perf/operations/evidence/native/trace_scan.c" in names
     assert not [n for n in names if n.endswith(".pyc") or "/build/" in n], names
     subprocess.run([sys.executable, "-m", "venv", str(top / "venv")], check=True, timeout=120)
     pip = subprocess.run(
@@ -76,6 +80,10 @@ def test_the_wheel_runs_doctor_build_and_demo_outside_the_checkout(installed: Pa
     doctor = _run(cko, "doctor", "--json", cwd=work, timeout=120)
     assert doctor.returncode in (0, 1), doctor.stderr[-2000:]
     assert json.loads(doctor.stdout)["engine"]["reachable"] is True
+
+    # how cko starts itself (detached commands, the MCP server's calls)
+    version = _run(installed / "venv" / "bin" / "python", "-m", "cko_perf", "--version", cwd=work, timeout=60)
+    assert version.returncode == 0 and "0.1.0" in version.stdout, version.stderr[-2000:]
 
     build = _run(cko, "images", "build", "cpu", "--json", cwd=work, timeout=900)
     assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from runner.canonical import sha256_file
+from cko_perf.runner.canonical import sha256_file
 from tests.conftest import ROOT, run_cko
 
 pytestmark = pytest.mark.docker

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from operations.evidence import torch_trace, trace_native
-from operations.evidence.common import Refusal
+from cko_perf.operations.evidence import torch_trace, trace_native
+from cko_perf.operations.evidence.common import Refusal
 
 
 def outcome(path: Path, **kw) -> str | tuple:

@@ -45,7 +45,7 @@ GROUPS = frozenset({"images", "stats", "profile", "knowledge", "champion", "flee
 
 
 def _load(module: str) -> dict[str, click.Command]:
-    name = f"runner.commands.{module}"
+    name = f"{__name__}.{module}"
     try:
         mod = importlib.import_module(name)
     except ImportError as exc:

@@ -618,8 +618,8 @@ def _ptx_inputs(path: Path) -> tuple[dict[str, Path], list[str]]:
 def _triton_inputs(root: Path | None) -> tuple[dict[str, Path], list[str]]:
     """Each kernel's files as inputs `k<i>-<file>`, one --triton-kernel group per kernel. The
     listing refuses links and special files here; the bytes are read by the sandbox's copy."""
-    from operations.evidence.common import Refusal
-    from operations.evidence.triton_stages import kernel_groups
+    from cko_perf.operations.evidence.common import Refusal
+    from cko_perf.operations.evidence.triton_stages import kernel_groups
 
     assert root is not None
     try:

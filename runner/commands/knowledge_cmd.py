@@ -10,9 +10,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-import knowledge as kb
-from knowledge import TOPICS, Answer, CardSetError, IdentityError, LintReport
-from knowledge.loader import DEFAULT_MAX_AGE_DAYS
+import cko_perf.knowledge as kb
+from cko_perf.knowledge import TOPICS, Answer, CardSetError, IdentityError, LintReport
+from cko_perf.knowledge.loader import DEFAULT_MAX_AGE_DAYS
 
 from ..cliutil import Outcome, common, handled
 from ..errors import CkoError, Exit, bad_request

@@ -10,7 +10,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from operations import stats as st
+from cko_perf.operations import stats as st
 
 from ..cliutil import Outcome, common, handled, load_json_file
 from ..errors import bad_request

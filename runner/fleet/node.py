@@ -132,7 +132,7 @@ def _start_watchdog(task_dir: Path) -> int:
 _WATCHDOG = (
     "import os, sys\n"
     "if os.fork() > 0:\n    os._exit(0)\n"
-    "from runner.fleet.node import _watchdog_main\n"
+    "from cko_perf.runner.fleet.node import _watchdog_main\n"
     "_watchdog_main(int(sys.argv[1]), sys.argv[2])\n"
 )
 

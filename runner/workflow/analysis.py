@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from operations import stats
-from operations.protocol import DriverResult, Series
+from cko_perf.operations import stats
+from cko_perf.operations.protocol import DriverResult, Series
 
 from .requests import Constraint, Objective, StatsPlan
 from .verdicts import CaseAnalysis

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from operations.protocol import ScheduleItem
-from operations.torchprof import ENV as TORCH_PROFILE_ENV
+from cko_perf.operations.protocol import ScheduleItem
+from cko_perf.operations.torchprof import ENV as TORCH_PROFILE_ENV
 
 from ..canonical import sha256_bytes
 from ..errors import CkoError, Exit, bad_request, failed

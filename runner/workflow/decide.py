@@ -25,8 +25,8 @@ from typing import Literal
 
 import numpy as np
 
-from operations.protocol import DriverResult
-from operations.stats import scipy_stats
+from cko_perf.operations.protocol import DriverResult
+from cko_perf.operations.stats import scipy_stats
 
 from . import analysis
 from .requests import LoadCeiling

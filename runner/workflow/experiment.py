@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from operations import stats
-from operations.protocol import DriverResult
+from cko_perf.operations import stats
+from cko_perf.operations.protocol import DriverResult
 
 from ..canonical import sha256_file
 from ..detach import event
@@ -340,7 +340,7 @@ def _settled(d: Decision) -> bool:
 
 
 def merge_results(parts: list[Any]) -> Any:
-    from operations.protocol import merge_results as merge
+    from cko_perf.operations.protocol import merge_results as merge
 
     return merge(parts)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from operations.protocol import DriverResult, Series
+from cko_perf.operations.protocol import DriverResult, Series
 
 from .verdicts import SampleLoad, Telemetry, WindowLoad
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from operations.protocol import DriverRequest, DriverResult, ScheduleItem, Subject, WorkerSlot
-from operations.torchprof import ENV as TORCH_PROFILE_ENV
+from cko_perf.operations.protocol import DriverRequest, DriverResult, ScheduleItem, Subject, WorkerSlot
+from cko_perf.operations.torchprof import ENV as TORCH_PROFILE_ENV
 
 from ..errors import CkoError, Exit
 from ..executor import LOCAL, Executor

@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from operations import stats
-from operations.protocol import DriverResult, Series
+from cko_perf.operations import stats
+from cko_perf.operations.protocol import DriverResult, Series
 
 from .. import gpu as gpumod
 from ..errors import Exit, bad_request, failed
@@ -258,7 +258,7 @@ def _ran_on_doc(m: Measured) -> list[dict[str, Any]]:
 
 
 def _reps(subject: str, case: str, n: int, start: int = 0) -> list[Any]:
-    from operations.protocol import ScheduleItem
+    from cko_perf.operations.protocol import ScheduleItem
 
     return [ScheduleItem(subject=subject, case=case, rep=i) for i in range(start, start + n)]
 

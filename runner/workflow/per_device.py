@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from operations import stats
+from cko_perf.operations import stats
 
 from ..errors import bad_request
 from ..identity import MATTERS, EnvironmentIdentity, _field_values

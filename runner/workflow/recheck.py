@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from operations.protocol import DriverResult
+from cko_perf.operations.protocol import DriverResult
 
 from ..errors import CkoError
 from ..store import Store

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from operations.protocol import AccuracyRule, Case
+from cko_perf.operations.protocol import AccuracyRule, Case
 
 from ..identity import EnvironmentIdentity
 from ..models import Closed, ObjectRef, Ref

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from operations.protocol import AccuracyRule, Case, Metric
+from cko_perf.operations.protocol import AccuracyRule, Case, Metric
 
 from ..models import Closed
 

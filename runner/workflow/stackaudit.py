@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from operations.protocol import DriverResult, ScheduleItem
-from operations.twosample import compare_two
+from cko_perf.operations.protocol import DriverResult, ScheduleItem
+from cko_perf.operations.twosample import compare_two
 
 from ..errors import CkoError, Exit, failed, pydantic_error
 from ..executor import LOCAL, Executor

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from operations.twosample import TwoSampleComparison
+from cko_perf.operations.twosample import TwoSampleComparison
 
 from ..models import Closed, ObjectRef, Ref
 from .records import RanOn

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from operations.stats import SequentialPlan
+from cko_perf.operations.stats import SequentialPlan
 
 from ..models import Closed
 from .requests import Gate, LoadCeiling, Objective, StatsPlan

@@ -38,15 +38,15 @@ finish() {
 }
 trap finish EXIT
 step prepare; source tests/gpu/prepare.sh || exit 5
-if ! python3 -m runner images list --json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if any(i["name"]=="cuda" and i.get("present") and not i.get("stale") for i in d["images"]) else 1)'; then
+if ! python3 -m cko_perf images list --json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if any(i["name"]=="cuda" and i.get("present") and not i.get("stale") for i in d["images"]) else 1)'; then
   step "build cuda base + image"; bash tests/gpu/build_cuda_base.sh || exit 5
 fi
-[ -s $W/doctor.json ] || { step doctor; python3 -m runner doctor --json > $W/doctor.json; }
+[ -s $W/doctor.json ] || { step doctor; python3 -m cko_perf doctor --json > $W/doctor.json; }
 
 target_of() {  # target_of EXAMPLE: the Target id from the loop's readiness (runs readiness if missing)
   local f=$W/$1.readiness.json
   if ! python3 -c 'import json,sys; json.load(open(sys.argv[1]))["target"]["id"]' "$f" >/dev/null 2>&1; then
-    python3 -m runner readiness --request examples/$1/readiness.json --store $W/$1 --json > "$f"
+    python3 -m cko_perf readiness --request examples/$1/readiness.json --store $W/$1 --json > "$f"
   fi
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["target"]["id"])' "$f"
 }
@@ -65,14 +65,14 @@ phase_ceilings() {
 }
 
 phase_grant() {
-  python3 -m runner exec --image cuda --gpus 0 --json -- nvidia-smi -L > $W/exec-smi.json; echo "rc=$?"
+  python3 -m cko_perf exec --image cuda --gpus 0 --json -- nvidia-smi -L > $W/exec-smi.json; echo "rc=$?"
   python3 -c 'import json; d=json.load(open("/tmp/acc/exec-smi.json")); print(d["state"], d["stdout_tail"].strip(), d["identity"]["devices"][0]["uuid"], d["probe"]["gpus"])'
 }
 
 phase_overhead() {
   local b0 b1 b2
   b0=$(date +%s.%N); python3 -c "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"; b1=$(date +%s.%N)
-  python3 -m runner exec --image cuda --gpus 0 --json -- python -c "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()" > $W/exec-torch.json; b2=$(date +%s.%N)
+  python3 -m cko_perf exec --image cuda --gpus 0 --json -- python -c "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()" > $W/exec-torch.json; b2=$(date +%s.%N)
   echo "torch first op: bare $(python3 -c "print(round($b1 - $b0, 2))") s, in cko exec $(python3 -c "print(round($b2 - $b1, 2))") s" | tee $W/overhead.txt
   # The same driver and request bare on the host and as a cko invocation (tests/gpu/overhead.py).
   python3 tests/gpu/overhead.py $W/overhead-driver.json 2>&1 | tail -n 5 | tee -a $W/overhead.txt
@@ -82,19 +82,19 @@ phase_ncu() {  # the original, then the candidate (a variant of the same Target)
   local T V; T=$(target_of cuda-reduce)
   printf 'max_timeout_s: 3600\n' > $W/policy.yaml  # no capability is ever added (issue 20)
   printf '{"subject": "original", "reps": 2}\n' > $W/collect.json
-  python3 -m runner profile ncu --collect --request $W/collect.json --target "$T" --policy $W/policy.yaml \
+  python3 -m cko_perf profile ncu --collect --request $W/collect.json --target "$T" --policy $W/policy.yaml \
     --store $W/cuda-reduce --json > $W/ncu-collect.json; echo "rc=$?"
   head -c 1500 $W/ncu-collect.json; echo
-  V=$(python3 -m runner variant --request examples/cuda-reduce/variant.json --target "$T" --store $W/cuda-reduce --json \
+  V=$(python3 -m cko_perf variant --request examples/cuda-reduce/variant.json --target "$T" --store $W/cuda-reduce --json \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["variant"]["id"])')
   printf '{"subject": "%s", "reps": 1}\n' "$V" > $W/collect-candidate.json
-  python3 -m runner profile ncu --collect --request $W/collect-candidate.json --target "$T" --policy $W/policy.yaml \
+  python3 -m cko_perf profile ncu --collect --request $W/collect-candidate.json --target "$T" --policy $W/policy.yaml \
     --store $W/cuda-reduce --json > $W/ncu-collect-candidate.json; echo "rc=$?"
 }
 
 phase_sass() {
   nvcc -arch=sm_90a -cubin -o $W/reduce_candidate.cubin examples/cuda-reduce/candidate/kernel.cu && \
-    python3 -m runner sass --binary $W/reduce_candidate.cubin --store $W/cuda-reduce --json > $W/sass.json; echo "rc=$?"
+    python3 -m cko_perf sass --binary $W/reduce_candidate.cubin --store $W/cuda-reduce --json > $W/sass.json; echo "rc=$?"
   head -c 1200 $W/sass.json; echo
 }
 
@@ -121,7 +121,7 @@ phase_aa() {
   mkdir -p $W/same && cp examples/torch-layernorm/kernel.py $W/same/
   if [ ! -s $W/aa-variant.out ]; then
     printf '{"path": "%s", "claim": "identical: A/A control"}\n' "$W/same" > $W/aa-variant.json
-    python3 -m runner variant --request $W/aa-variant.json --target "$TT" --store $W/torch-layernorm --json > $W/aa-variant.out
+    python3 -m cko_perf variant --request $W/aa-variant.json --target "$TT" --store $W/torch-layernorm --json > $W/aa-variant.out
   fi
   AV=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["variant"]["id"])' $W/aa-variant.out)
   touch $W/aa.jsonl
@@ -129,7 +129,7 @@ phase_aa() {
     [ "$(left)" -gt 15 ] || { echo "stopping A/A at $i: time"; return 1; }
     printf '{"stage": "target", "pairs": 10, "seed": %d}\n' "$i" > $W/aa-exp.json
     local t0; t0=$(date +%s.%N)
-    python3 -m runner experiment --request $W/aa-exp.json --target "$TT" --variant "$AV" --store $W/torch-layernorm --json \
+    python3 -m cko_perf experiment --request $W/aa-exp.json --target "$TT" --variant "$AV" --store $W/torch-layernorm --json \
       | python3 -c 'import json,sys,time; d=json.load(sys.stdin); print(json.dumps({"outcome": d.get("outcome"), "aa_control": d.get("aa_control"), "cases": d.get("cases"), "seconds": round(time.time() - float(sys.argv[1]), 1)}))' "$t0" >> $W/aa.jsonl
     tail -n 1 $W/aa.jsonl | cut -c 1-300
   done
@@ -158,18 +158,18 @@ phase_wall() {
 phase_torchtrace() {
   local T; T=$(target_of torch-layernorm)
   printf '{"subject": "original", "reps": 2}\n' > $W/tcollect.json
-  python3 -m runner profile torch --collect --request $W/tcollect.json --target "$T" --store $W/torch-layernorm \
+  python3 -m cko_perf profile torch --collect --request $W/tcollect.json --target "$T" --store $W/torch-layernorm \
     --json > $W/torch-collect.json; echo "rc=$?"
   python3 tests/gpu/show_trace.py $W/torch-collect.json | tee $W/torch-collect.txt
 }
 
 phase_tritonstages() {
   local T V; T=$(target_of torch-layernorm)
-  V=$(python3 -m runner variant --request examples/torch-layernorm/variant.json --target "$T" --store $W/torch-layernorm \
+  V=$(python3 -m cko_perf variant --request examples/torch-layernorm/variant.json --target "$T" --store $W/torch-layernorm \
     --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["variant"]["id"])')
   rm -rf $W/tcache; TRITON_CACHE_DIR=$W/tcache python3 tests/gpu/run_subject.py examples/torch-layernorm \
     examples/torch-layernorm/candidate/kernel.py '{"rows": 4096, "cols": 4096, "dtype": "bf16"}'
-  python3 -m runner sass --triton $W/tcache --target "$T" --subject "$V" --store $W/torch-layernorm --json \
+  python3 -m cko_perf sass --triton $W/tcache --target "$T" --subject "$V" --store $W/torch-layernorm --json \
     > $W/triton-stages.json; echo "rc=$?"
   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d[k] for k in d if k != "facts"})[:600]); print(json.dumps(d.get("facts"))[:2500])' $W/triton-stages.json
 }
@@ -183,18 +183,18 @@ req = json.load(open("examples/torch-layernorm/readiness.json"))
 req["cases"] = [{"id": "bf16_8192x4096", "params": {"rows": 8192, "cols": 4096, "dtype": "bf16"}}]
 print(json.dumps(req))
 PY
-    python3 -m runner readiness --request examples/torch-layernorm/stack-$1.json --store $W/stack --json > $W/stack-$1.readiness.json
+    python3 -m cko_perf readiness --request examples/torch-layernorm/stack-$1.json --store $W/stack --json > $W/stack-$1.readiness.json
     echo "readiness $1 rc=$?" >&2; rm -f examples/torch-layernorm/stack-$1.json
     python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["target"]["id"])' $W/stack-$1.readiness.json
   }
   A=$(stack_target before)
   { cat images/requirements-host.txt; echo six==1.17.0; } > images/requirements-stack.txt
-  python3 -m runner images build cuda --base-image cko/cuda-base:host --build-arg PYTHON=/opt/torch/.venv/bin/python3 \
+  python3 -m cko_perf images build cuda --base-image cko/cuda-base:host --build-arg PYTHON=/opt/torch/.venv/bin/python3 \
     --build-arg REQUIREMENTS=images/requirements-stack.txt --json > $W/stack-build.json; echo "build rc=$?"
   B=$(stack_target after)
-  python3 -m runner audit --stack --from "$A" --to "$B" --component torch --store $W/stack --json > $W/stack-refused.json
+  python3 -m cko_perf audit --stack --from "$A" --to "$B" --component torch --store $W/stack --json > $W/stack-refused.json
   echo "declared torch: rc=$?"; head -c 700 $W/stack-refused.json; echo
-  python3 -m runner audit --stack --from "$A" --to "$B" --component image --rounds 3 --store $W/stack --json \
+  python3 -m cko_perf audit --stack --from "$A" --to "$B" --component image --rounds 3 --store $W/stack --json \
     > $W/stack-audit.json; echo "declared image: rc=$?"
   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d.get(k) for k in ("answer", "differs", "unchecked", "cases", "images", "error", "message")})[:2500])' $W/stack-audit.json
 }

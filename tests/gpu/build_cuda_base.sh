@@ -3,7 +3,7 @@
 # can be reached there, so the cuda image's base is made from the host's own filesystem:
 #   tar -c <selection> | docker import - cko/cuda-base:host
 # and cko's cuda image is built on it with the host's torch interpreter:
-#   python3 -m runner images build cuda --base-image <id> \
+#   python3 -m cko_perf images build cuda --base-image <id> \
 #     --build-arg PYTHON=/opt/torch/.venv/bin/python3 --build-arg REQUIREMENTS=images/requirements-host.txt
 # The selection: the userland (/bin /sbin /lib /lib64 /usr; under /usr the CUDA toolkit in
 # /usr/local/cuda*), a minimal /etc, Nsight Compute (/opt/nvidia/nsight-compute), the interpreter's
@@ -141,7 +141,7 @@ say "base: $BASE $size bytes ($(awk -v b="$size" 'BEGIN { printf "%.2f", b / 2^3
 
 # -- cko's cuda image on it ------------------------------------------------------------------------
 t2=$(now)
-"$RUNNER_PY" -m runner images build cuda --base-image "$BASE" --build-arg "PYTHON=$PY" \
+"$RUNNER_PY" -m cko_perf images build cuda --base-image "$BASE" --build-arg "PYTHON=$PY" \
   --build-arg REQUIREMENTS=images/requirements-host.txt --json > /tmp/cko-cuda-build.json
 rc=$?
 t3=$(now)

@@ -2,7 +2,7 @@
 # The whole loop on one example inside containers on the GPU: loop.sh EXAMPLE STORE
 set -u
 EX=examples/$1; ST=$2
-c() { python3 -m runner "$@" --store "$ST" --json; }
+c() { python3 -m cko_perf "$@" --store "$ST" --json; }
 T=$(c readiness --request $EX/readiness.json | tee $ST.readiness.json | python3 -c 'import json,sys; print(json.load(sys.stdin)["target"]["id"])')
 echo "target $T"
 c baseline --request $EX/baseline.json --target "$T" > $ST.baseline.json; echo "baseline rc=$?"

@@ -74,7 +74,7 @@ def main() -> int:
             [
                 sys.executable,
                 "-m",
-                "runner",
+                "cko_perf",
                 "exec",
                 "--image",
                 "cuda",

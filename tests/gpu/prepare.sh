@@ -6,7 +6,7 @@
 #      iptables rules (no container ever gets a network), in its own session (setsid), and waits for it
 #   3. installs the carried wheels (pydantic stack, docker SDK) into /tmp/cko-site for the host's
 #      python3 (/opt/torch/.venv/bin/python3 there: numpy, scipy, pyyaml, nvidia-ml-py, click, rich)
-#   4. checks `python3 -m runner doctor --json` (saved to /tmp/cko-doctor.json)
+#   4. checks `python3 -m cko_perf doctor --json` (saved to /tmp/cko-doctor.json)
 # Source it, so the exports stay (PATH, PYTHONPATH, CKO_WHEELHOUSE, CKO_PARSE_IMAGE):
 #   source tests/gpu/prepare.sh
 # `bash tests/gpu/prepare.sh` does the same and only reports. Idempotent: a second run reuses what is up.
@@ -73,7 +73,7 @@ _cko_prepare() {
   export PYTHONUNBUFFERED=1
   # a `cko` command, as a wheel install gives one (the host's python with the checkout and carried packages)
   mkdir -p /tmp/cko-bin
-  printf '#!/bin/sh\nexport PYTHONPATH="/tmp/cko-site:%s${PYTHONPATH:+:$PYTHONPATH}"\nexec %s -m runner "$@"\n' \
+  printf '#!/bin/sh\nexport PYTHONPATH="/tmp/cko-site:%s${PYTHONPATH:+:$PYTHONPATH}"\nexec %s -m cko_perf "$@"\n' \
     "$repo" "$(command -v "$py")" > /tmp/cko-bin/cko && chmod 755 /tmp/cko-bin/cko
   case ":$PATH:" in *":/tmp/cko-bin:"*) ;; *) export PATH="/tmp/cko-bin:$PATH" ;; esac
   # no package index there: image builds take the carried cp312 wheels (runner/images.py ensure_wheels)
@@ -87,7 +87,7 @@ _cko_prepare() {
 
   # 4. what cko sees
   t=$(_now)
-  "$py" -m runner doctor --json > /tmp/cko-doctor.json 2>/tmp/cko-doctor.err
+  "$py" -m cko_perf doctor --json > /tmp/cko-doctor.json 2>/tmp/cko-doctor.err
   local rc=$?
   tdoc=$(_dt "$t")
   "$py" - /tmp/cko-doctor.json <<'EOF'

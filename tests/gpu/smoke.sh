@@ -24,7 +24,7 @@ SUMMARY="$OUT/summary.txt"
 record() { printf '%-5s %-26s %7s s  %s\n' "$1" "$2" "$3" "$4" | tee -a "$SUMMARY"; }  # verdict name seconds note
 step() { echo; echo "=== [$(el) s] $*"; }
 PY=${SMOKE_PYTHON:-python3}
-CKO=("$PY" -m runner)
+CKO=("$PY" -m cko_perf)
 G=${SMOKE_GPUS:-0}      # the GPU the checks are granted (index or UUID); none: a dry run on a host without one
 BUDGET_S=${SMOKE_BUDGET_S:-470}   # optional steps are skipped past this many seconds
 over_budget() { awk -v e="$(el)" -v b="$BUDGET_S" 'BEGIN { exit !(e > b) }'; }

@@ -339,9 +339,9 @@ def test_fifo_or_proc_as_a_report_is_refused(store: Path, tmp_path: Path) -> Non
 
 
 def test_workload_snapshot_refuses_links_out(store: Path, tmp_path: Path) -> None:
-    from runner.errors import CkoError
-    from runner.store import Store
-    from runner.workflow.snapshot import take
+    from cko_perf.runner.errors import CkoError
+    from cko_perf.runner.store import Store
+    from cko_perf.runner.workflow.snapshot import take
 
     w = tmp_path / "w"
     w.mkdir()
@@ -434,7 +434,7 @@ def test_planted_lock_symlink_is_refused_and_target_untouched(tmp_path: Path) ->
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     (locks / "gpu-GPU-x.lock").symlink_to(victim)
-    code = "from runner.locks import gpu_lock\nwith gpu_lock('GPU-x').hold(timeout=1, what='g'):\n    pass\n"
+    code = "from cko_perf.runner.locks import gpu_lock\nwith gpu_lock('GPU-x').hold(timeout=1, what='g'):\n    pass\n"
     r = subprocess.run(
         ["python3" if False else CKO[0], "-c", code],
         capture_output=True,
@@ -473,7 +473,7 @@ def _two_runs(store: Path, env: dict[str, str]) -> None:
 def test_keyed_ledger_detects_a_forged_record(store: Path, keyed: dict[str, str]) -> None:
     _two_runs(store, keyed)
     lines = (store / "ledger.jsonl").read_bytes().splitlines()
-    from runner.canonical import sha256_bytes
+    from cko_perf.runner.canonical import sha256_bytes
 
     forged = store / "experiments" / "exp-20260101T000000-abcdef12.json"
     forged.write_text('{"verdict": "accepted"}')
@@ -507,8 +507,8 @@ def test_keyed_ledger_detects_deleted_newest_and_reordered(store: Path, keyed: d
 
 
 def test_edited_champion_pointer_fails_verify(store: Path) -> None:
-    from runner.canonical import canonical_bytes, sha256_bytes
-    from runner.store import Store
+    from cko_perf.runner.canonical import canonical_bytes, sha256_bytes
+    from cko_perf.runner.store import Store
 
     st = Store(store)
     tgt = {"id": "tgt-20260101T000000-aaaaaaaa", "sha256": "a" * 64}
