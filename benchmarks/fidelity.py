@@ -41,7 +41,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from operations.evidence.ncu import UNITS_2025  # noqa: E402
+from cko_perf.operations.evidence.ncu import UNITS_2025  # noqa: E402
 
 HOT_BLOCK_S = 1e-3  # a hot block lasts at least this long (per-run time = block / runs)
 NCU_CALLS = 5

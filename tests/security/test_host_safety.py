@@ -258,9 +258,9 @@ class _Swapper:
 def test_symlink_swap_race_in_the_resolver_only_refuses(tmp_path: Path) -> None:
     """Thousands of resolutions under the race: each ends in the directory inside the roots or in a
     refusal with an exit code, never in the secret nor in an uncaught error (realpath itself races)."""
-    from runner import hostpath
-    from runner.errors import CkoError
-    from runner.policy import Policy
+    from cko_perf.runner import hostpath
+    from cko_perf.runner.errors import CkoError
+    from cko_perf.runner.policy import Policy
 
     sw = _Swapper(tmp_path)
     benign = (sw.allowed / "d").stat().st_ino
