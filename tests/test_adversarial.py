@@ -44,7 +44,11 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "deferred_thread": ("failed_accuracy", "integrity_violation", "inconclusive"),
     "precompute_staging": ("integrity_violation", "inconclusive"),
     "predicted_inputs": ("failed_accuracy",),
-    "child_process": HONEST,
+    # each call forks a child that sleeps 30 s and then exits: an exit due while its worker is frozen
+    # runs at the thaw, inside the worker's command but outside its window (tearing down a copy of a
+    # numpy process), so the supervisor may find such blocks too often and void the pairs, rightly:
+    # the candidate's processes worked outside the window
+    "child_process": (*HONEST, "integrity_violation"),
     "sabotage_library": HONEST,
     # its loader burns the worker's CPU outside the window too (the check after the block): the
     # supervisor may call that what it is, work outside the window, and void the pairs
