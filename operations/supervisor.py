@@ -23,6 +23,7 @@ import shutil
 import socket
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -267,11 +268,16 @@ class GpuProbe:
     by a time slice; calibrated at start while every worker is frozen."""
 
     def __init__(self) -> None:
+        """The supervisor's CUDA context: made while the workers load (it is most of the probe's cost)."""
         import torch
 
         self.torch = torch
         self.x = torch.zeros(1, device="cuda")
         self.limit_ns = 0
+        self.calibration: dict[str, int] = {}
+
+    def calibrate(self) -> None:
+        """Only while every worker is frozen: the limit is the idle device's time, nothing else's."""
         samples = [self.once() for _ in range(50)]
         samples.sort()
         self.calibration = {"p50_ns": samples[25], "p98_ns": samples[48]}
@@ -431,6 +437,16 @@ class Supervisor:
     # -- set-up --------------------------------------------------------------------------------
 
     def start(self) -> dict[str, Any]:
+        # The probe's CUDA context is made while the workers load, not after them (the fixed start).
+        opening = ThreadPoolExecutor(1) if self.req.device == "cuda" else None
+        probe = opening.submit(GpuProbe) if opening is not None else None
+        try:
+            return self._start(probe)
+        finally:
+            if opening is not None:
+                opening.shutdown(wait=True)
+
+    def _start(self, probe: Future[GpuProbe] | None) -> dict[str, Any]:
         root, srv = _prepare_ipc(self.req)
         self.ctl = Ctl(self.req.ctl_socket)
         roster = self.ctl.call("roster")
@@ -454,9 +470,10 @@ class Supervisor:
             w.rtt_ns = rtts[int(0.9 * (len(rtts) - 1))]
             calibration["rtt_ns"][sid] = {"p50": rtts[len(rtts) // 2], "p90": w.rtt_ns}
         self.freeze_all()
-        if self.req.device == "cuda":
+        if probe is not None:
             try:
-                self.probe = GpuProbe()
+                self.probe = probe.result()
+                self.probe.calibrate()
                 calibration["gpu_idle_probe"] = self.probe.calibration | {"limit_ns": self.probe.limit_ns}
             except Exception as exc:  # no torch in the image: the probe is absent and says so
                 calibration["gpu_idle_probe"] = {"unavailable": f"{type(exc).__name__}: {exc}"[:200]}
