@@ -56,31 +56,46 @@ def stages(work: Path, store: Path, mode: str) -> list[dict[str, Any]]:
 
 def _invocations(store: Path, exp: dict[str, Any]) -> dict[str, Any]:
     """The stage's walls, summed over its invocations, and where its fixed start and loop went."""
-    tot = dict.fromkeys(("container_s", "loop_s", "blocks", *PARTS), 0.0)
+    tot = dict.fromkeys(("container_s", "loop_s", "blocks", *PARTS, *HOST_PARTS, *INSIDE), 0.0)
     parts: dict[str, float] = {}
+    untimed: dict[str, float] = {}
     for ref in exp["plan"]["invocations"]:
         inv = json.loads((store / "invocations" / ref["id"] / "result.json").read_text())
         out = next(o for o in inv["outputs"] if o["name"] == "result.json")
-        res = object_json(store, out["sha256"])["driver_result"]
+        doc = object_json(store, out["sha256"])
+        res = doc["driver_result"]
         cal = res.get("calibration") or {}
         tot["container_s"] += inv["duration_s"] or 0.0
         tot["loop_s"] += cal.get("loop_s") or 0.0
         tot["blocks"] += cal.get("blocks") or 0
-        for part, v in (cal.get("block_parts_s") or {}).items():
-            parts[part] = parts.get(part, 0.0) + v
+        for src, dst in ((cal.get("block_parts_s"), parts), (cal.get("untimed_parts_s"), untimed)):
+            for part, v in (src or {}).items():
+                dst[part] = dst.get(part, 0.0) + v
         for k, v in _breakdown(store / "invocations" / ref["id"] / "events.jsonl", res).items():
             tot[k] += v
+        driver_wall = sum(p.get("wall_s") or 0.0 for p in doc.get("processes") or [])
+        tot["wrapper_s"] += (inv["duration_s"] or 0.0) - driver_wall
+        tot["driver_start_s"] += cal.get("before_s") or 0.0
+        tot["setup_s"] += cal.get("setup_s") or 0.0
+        tot["after_loop_s"] += (
+            driver_wall
+            - (cal.get("before_s") or 0.0)
+            - (cal.get("setup_s") or 0.0)
+            - (cal.get("loop_s") or 0.0)
+        )
     fixed = tot["container_s"] - tot["loop_s"]
-    # the rest: the supervisor's own start before its clock, the checks after the loop, the removals
-    rest = fixed - tot["supervisor_start_s"] - tot["workers_start_s"] - tot["setup_s"]
-    return tot | {"fixed_s": fixed, "rest_s": rest, "block_parts_s": parts}
+    return tot | {"fixed_s": fixed, "block_parts_s": parts, "untimed_parts_s": untimed}
 
 
-# the fixed start, in order: the supervisor's container created and started; the workers' created and
-# started; the slowest worker's load (Python, the harness, the subject, its CUDA context) and the
-# supervisor's calibration; the loop then splits into what the workers' brackets held (input staging,
-# the window) and the supervisor's own share (freeze and thaw, inputs, fetches and comparisons)
-PARTS = ("supervisor_start_s", "workers_start_s", "worker_load_s", "setup_s", "bracket_s", "staging_s")
+# the fixed start, the container's run less the loop, in order: the operation's wrapper around the
+# driver process (the in-container probe, its imports, its own result); the driver process's start
+# (interpreter, imports) up to the supervisor's clock; the supervisor's setup (the workers' containers
+# started, their load: Python, the harness, the subject, its CUDA context; its calibration); after the
+# loop (checks, the result written). Informative, inside setup: the workers' start and slowest load.
+PARTS = ("wrapper_s", "driver_start_s", "setup_s", "after_loop_s")
+INSIDE = ("workers_start_s", "worker_load_s", "bracket_s", "staging_s")
+# outside the container's run, on the host: its creation and start, its and the workers' removal
+HOST_PARTS = ("create_s", "teardown_s")
 
 
 def _breakdown(events: Path, res: dict[str, Any]) -> dict[str, float]:
@@ -88,15 +103,15 @@ def _breakdown(events: Path, res: dict[str, Any]) -> dict[str, float]:
     for line in events.read_text().splitlines():
         e = json.loads(line)
         t.setdefault(e["event"], datetime.fromisoformat(e["t"]).timestamp())
-        if e["event"] == "worker_started":
-            t["worker_started"] = datetime.fromisoformat(e["t"]).timestamp()  # the last one
+        if e["event"] in ("worker_started", "terminal"):
+            t[e["event"]] = datetime.fromisoformat(e["t"]).timestamp()  # the last one
     series = res.get("series") or []
+    started = t.get("container_started", 0.0)
     return {
-        "supervisor_start_s": t.get("container_started", 0.0) - t.get("created", 0.0),
-        "workers_start_s": t.get("worker_started", t.get("container_started", 0.0))
-        - t.get("container_started", 0.0),
+        "create_s": started - t.get("created", 0.0),
+        "teardown_s": t.get("terminal", 0.0) - t.get("exited", t.get("terminal", 0.0)),
+        "workers_start_s": t.get("worker_started", started) - started,
         "worker_load_s": max((w.get("load_s") or 0.0 for w in res.get("workers") or []), default=0.0),
-        "setup_s": (res.get("calibration") or {}).get("setup_s") or 0.0,
         "bracket_s": sum(sum(s.get("bracket_ns") or []) for s in series) / 1e9,
         "staging_s": sum(sum(s.get("stage_ns") or []) for s in series) / 1e9,
     }
@@ -116,6 +131,10 @@ def do_bench_per_sample(params: dict[str, Any]) -> dict[str, float]:
         times = do_bench(lambda impl=impl: driver.run(impl, inputs), warmup=25, rep=200, return_mode="all")
         out[which] = (time.perf_counter() - t0) / len(times)
     return out
+
+
+def _f(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
 
 
 def main() -> int:
@@ -141,23 +160,31 @@ def main() -> int:
     print(f"torch-layernorm bf16 {args.rows}x{args.cols}, {args.mode} mode; do_bench s/sample: "
           f"original {per['original']:.6f}, candidate {per['candidate']:.6f}")  # fmt: skip
     print(f"{'stage':8}{'blocks':>7}{'outcome':>14}{'effect %':>10}{'cli s':>8}{'fixed s':>9}{'loop s':>8}"
-          f"{'do_bench s':>11}{'loop/do_bench':>14}")  # fmt: skip
+          f"{'warm-up s':>10}{'do_bench s':>11}{'loop/do_bench':>14}{'(loop-warm-up)/do_bench':>25}")  # fmt: skip
     for r in rows:
         r["do_bench_s"] = r["blocks"] / 2 * (per["original"] + per["candidate"])
+        # the subjects' warm-up (first calls: JIT compiles, autotuning) is once per subject and case,
+        # like a fixed start; do_bench's own first calls are inside its wall
+        r["warm_up_s"] = r["block_parts_s"].get("warm-up", 0.0)
         r["ratio"] = r["loop_s"] / r["do_bench_s"] if r["do_bench_s"] else None
-        eff, ratio = r["effect_pct"], r["ratio"]
+        r["ratio_measuring"] = (r["loop_s"] - r["warm_up_s"]) / r["do_bench_s"] if r["do_bench_s"] else None
+        eff = r["effect_pct"]
         print(f"{r['stage']:8}{r['blocks']:>7}{r['outcome'] or '-':>14}{'-' if eff is None else f'{eff:+.1f}':>10}"
-              f"{r['cli_wall_s']:8.2f}{r['fixed_s']:9.2f}{r['loop_s']:8.2f}{r['do_bench_s']:11.3f}"
-              f"{'-' if ratio is None else f'{ratio:.2f}':>14}")  # fmt: skip
+              f"{r['cli_wall_s']:8.2f}{r['fixed_s']:9.2f}{r['loop_s']:8.2f}{r['warm_up_s']:10.2f}"
+              f"{r['do_bench_s']:11.3f}{_f(r['ratio']):>14}{_f(r['ratio_measuring']):>25}")  # fmt: skip
     print(
-        "where it went, s (fixed: supervisor container, workers' containers, slowest worker's load, "
-        "supervisor's setup incl. waiting for them; loop: inside the workers' brackets, of it staging)"
+        "where it went, s. fixed: the operation's wrapper, the driver's start, the supervisor's setup "
+        "(of it the workers' start and slowest load), after the loop; host: create, teardown; loop: by "
+        "part of a block, and inside the untimed commands after the window"
     )
     for r in rows:
-        print(f"{r['stage']:8}" + "".join(f"{k[:-2]}={r[k]:.3f} " for k in (*PARTS, "rest_s")))
-        print(f"{'':8}loop by part of a block: " + ", ".join(
+        print(f"{r['stage']:8}fixed " + " ".join(f"{k[:-2]}={r[k]:.3f}" for k in PARTS)
+              + " (" + " ".join(f"{k[:-2]}={r[k]:.3f}" for k in INSIDE) + ")"
+              + "; host " + " ".join(f"{k[:-2]}={r[k]:.3f}" for k in HOST_PARTS))  # fmt: skip
+        print(f"{'':8}loop: " + ", ".join(
             f"{k} {v:.3f}" for k, v in sorted(r["block_parts_s"].items(), key=lambda kv: -kv[1])
         ))  # fmt: skip
+        print(f"{'':8}untimed: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(r["untimed_parts_s"].items())))
     if args.out is not None:
         args.out.write_text(json.dumps({"do_bench_s_per_sample": per, "stages": rows}, indent=1))
     return 0

@@ -303,13 +303,18 @@ class GpuWatch:
     def __init__(self, probe: GpuProbe | None) -> None:
         self.probe = probe
         self.busy = ""
+        self.probes = 0
+        self.probe_ns = 0
 
     def poll(self) -> None:
         if self.probe is None:
             time.sleep(50e-6)
             return
         if not self.busy:
+            t0 = time.perf_counter_ns()
             self.busy = self.probe.busy()
+            self.probe_ns += time.perf_counter_ns() - t0
+            self.probes += 1
 
 
 class Clocks(SmClock):
@@ -332,6 +337,16 @@ class Clocks(SmClock):
         except Exception:
             return None
         return [name for bit, name in BAD_THROTTLE.items() if reasons & bit]
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (/proc/self/stat's start time against the boot clock)."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK")), 3)
 
 
 def host_cpu_ns() -> int:
@@ -372,6 +387,29 @@ class Laps:
 
     def seconds(self) -> dict[str, float]:
         return {k: round(v / 1e9, 4) for k, v in self.total_ns.items()}
+
+
+class Untimed:
+    """Inside the untimed commands after a window (Fetch, Drop), summed over the blocks (calibration
+    `untimed_parts_s`): the worker's own time, the supervisor's idle probes meanwhile and their count;
+    the command's wall less the worker's is what the boundary adds (thaw, socket, probing)."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, float] = {}
+
+    def add(self, command: str, wall_ns: int, reply: Reply, watch: GpuWatch) -> None:
+        for part, v in (
+            ("wall_s", wall_ns / 1e9),
+            ("worker_s", (reply.busy_ns or 0) / 1e9),
+            ("probes_s", watch.probe_ns / 1e9),
+            ("probes", float(watch.probes)),
+            ("commands", 1.0),
+        ):
+            key = f"{command}: {part}"
+            self.parts[key] = self.parts.get(key, 0.0) + v
+
+    def seconds(self) -> dict[str, float]:
+        return {k: round(v, 4) for k, v in self.parts.items()}
 
 
 @dataclass
@@ -433,6 +471,7 @@ class Supervisor:
         self.ctl: Ctl | None = None
         self.workers: dict[str, WorkerConn] = {}
         self.laps = Laps()
+        self.untimed = Untimed()
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -618,10 +657,13 @@ class Supervisor:
         # Checked or released, the worker's CPU time in this untimed command is measured: work a
         # subject deferred past its window would have to run here (see post_cpu_checks).
         self.activate(item.subject)
+        laps.lap("thaw after the window")
         watch = GpuWatch(self.probe)
-        checked = self.maybe_check(w, st, item, value, seed, watch.poll)
+        checked = self.maybe_check(w, st, item, value, seed, watch)
         if not checked:
-            w.call(Drop(), self.req.command_timeout_s, watch.poll)
+            t0 = time.perf_counter_ns()
+            reply = w.call(Drop(), self.req.command_timeout_s, watch.poll)
+            self.untimed.add("drop", time.perf_counter_ns() - t0, reply, watch)
         laps.lap("check or drop")
         u3 = self.freeze_all()
         if watch.busy and not st.void[-1]:
@@ -693,7 +735,7 @@ class Supervisor:
         item: ScheduleItem,
         value: Any,
         seed: int,
-        while_waiting: Callable[[], None] | None = None,
+        watch: GpuWatch,
     ) -> bool:
         """Check this run's output? Decided only now, after the run returned, so it cannot be predicted."""
         first = st.checks == 0
@@ -711,7 +753,9 @@ class Supervisor:
         out_dir.mkdir(mode=0o770)
         os.chown(out_dir, -1, w.slot.gid)
         os.chmod(out_dir, 0o770)
-        reply = w.call(Fetch(out=str(out_dir)), self.req.command_timeout_s, while_waiting)
+        t0 = time.perf_counter_ns()
+        reply = w.call(Fetch(out=str(out_dir)), self.req.command_timeout_s, watch.poll)
+        self.untimed.add("fetch", time.perf_counter_ns() - t0, reply, watch)
         self.laps.lap("check: fetch")
         if not reply.ok:
             raise SupervisorError(
@@ -726,6 +770,7 @@ class Supervisor:
         except codec.CodecError as exc:
             rel, mx, detail = float("inf"), float("inf"), f"output refused: {exc}"
         shutil.rmtree(out_dir, ignore_errors=True)
+        self.laps.lap("check: compare")
         st.checks += 1
         st.checked.append(item.rep)
         st.seeds.append(seed)
@@ -848,8 +893,9 @@ def supervise(
     environment: dict[str, str],
     timing: str,
 ) -> DriverResult:
-    sup = Supervisor(req, make_inputs, reference, extra, input_seed)
     t0 = time.monotonic()
+    before = process_age_s()  # the interpreter's start and the driver's imports, before this clock
+    sup = Supervisor(req, make_inputs, reference, extra, input_seed)
     try:
         calibration = sup.start()
         t1 = time.monotonic()
@@ -862,8 +908,12 @@ def supervise(
         calibration["loop_s"] = round(time.monotonic() - t1, 4)
         calibration["blocks"] = len(req.schedule)
         calibration["block_parts_s"] = sup.laps.seconds()
+        calibration["untimed_parts_s"] = sup.untimed.seconds()
+        t2 = time.monotonic()
         sup.pair_checks()
         sup.systematic_checks()
+        calibration["before_s"] = before
+        calibration["checks_s"] = round(time.monotonic() - t2, 4)
     finally:
         sup.quit()
     workers = [

@@ -112,6 +112,9 @@ class Reply(Msg):
     t_ns: int | None = Field(default=None, description="timed window (device events or perf_counter_ns)")
     stage_ns: int | None = Field(default=None, ge=0, description="input staging before the window")
     stream_ns: int | None = None
+    busy_ns: int | None = Field(
+        default=None, ge=0, description="an untimed command's own time in the worker (Fetch, Drop)"
+    )
 
 
 WorkerMsg = Annotated[Hello | Reply, Field(discriminator="op")]

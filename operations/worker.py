@@ -156,13 +156,17 @@ class Worker:
         return Reply(ok=True, t_ns=int(t_ns), stage_ns=int(stage), stream_ns=stream_ns)
 
     def fetch(self, cmd: Fetch) -> Reply:
+        t0 = time.perf_counter_ns()
         codec.encode(self.last, Path(cmd.out), host_only=True)
-        return self.drop()
+        return self.drop(t0)
 
-    def drop(self) -> Reply:
+    def drop(self, t0: int | None = None) -> Reply:
+        """Free the block's output and inputs; its time here is reported (the supervisor's wall of this
+        command minus it is the boundary's share: thaw, socket, idle probes)."""
+        t0 = time.perf_counter_ns() if t0 is None else t0
         self.last = self.inputs = self.graph = None
         gc.collect(0)
-        return Reply(ok=True)
+        return Reply(ok=True, busy_ns=time.perf_counter_ns() - t0)
 
     def handle(self, cmd: Any) -> Reply | None:
         if isinstance(cmd, Quit):

@@ -86,23 +86,32 @@ ENV = {
     "HOME": "/tmp",
 }
 WORK_DIRS = ("cko/in", "cko/out", "cko/subjects", "cko/harness", "cko/request")
-VENV_SCRIPT = """set -e
+# Bytecode is compiled into each layer by runner/pycompile.py (mounted at /c): the root is read-only
+# at run time, so a module without its .pyc is compiled again in every container that imports it.
+PYCOMPILE = Path(__file__).with_name("pycompile.py")
+COMPILE = "PYTHONHASHSEED=0 python3 /c/pycompile.py"
+VENV_SCRIPT = f"""set -e
 python3 -m venv /opt/cko
-/opt/cko/bin/python -m pip install -q --no-index --no-cache-dir --no-compile --disable-pip-version-check \
+/opt/cko/bin/python -m pip install -q --no-index --no-cache-dir --no-compile --disable-pip-version-check \\
   --find-links /w -r /w/requirements.txt
 cd /opt/cko/lib/python3*/site-packages
 rm -rf pip pip-* setuptools setuptools-* _distutils_hack pkg_resources distutils-precedence.pth
 rm -f /opt/cko/bin/pip /opt/cko/bin/pip3 /opt/cko/bin/pip3.*
 printf '/opt/cko/src\\n/opt/cko/extra\\n' > cko-operations.pth
-find /opt/cko -name __pycache__ -prune -exec rm -rf {} +
+find /opt/cko -name __pycache__ -prune -exec rm -rf {{}} +
+{COMPILE} /opt/cko /opt/cko
+STD="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')"
+{COMPILE} "$STD" "$STD" "/pyc$STD"
 """
-EXTRA_SCRIPT = """set -e
+EXTRA_SCRIPT = f"""set -e
 python3 -m venv /tmp/v
-/tmp/v/bin/pip install -q --no-index --no-cache-dir --no-compile --disable-pip-version-check \
+/tmp/v/bin/pip install -q --no-index --no-cache-dir --no-compile --disable-pip-version-check \\
   --find-links /w --target /out -r /w/requirements.txt
 rm -rf /out/bin
-find /out -name __pycache__ -prune -exec rm -rf {} +
+find /out -name __pycache__ -prune -exec rm -rf {{}} +
+{COMPILE} /out /opt/cko/extra
 """
+OPS_SCRIPT = f"{COMPILE} /opt/cko/src/operations /opt/cko/src/operations"
 
 
 def _run(cmd: list[str], what: str, progress: Progress) -> None:
@@ -322,20 +331,30 @@ def venv_layer(
     wheels, hashes = ensure_wheels(lines, "3.11", False, progress)
     key = (
         "venv-"
-        + sha256_bytes(json.dumps([base.digest, hashes, lines, VENV_SCRIPT, oci.epoch()]).encode())[:32]
+        + sha256_bytes(
+            json.dumps([base.digest, hashes, lines, VENV_SCRIPT, _compiler_hash(), oci.epoch()]).encode()
+        )[:32]
     )
 
     def make(lw: oci.LayerWriter) -> Path:
         out = _scratch("venv")
-        progress("installing cko's Python environment (container, no network)")
+        (out / "opt").mkdir()
+        (out / "pyc").mkdir()
+        progress("installing cko's Python environment and its bytecode (container, no network)")
         _in_container(
             client,
             base_id,
             VENV_SCRIPT,
-            {str(wheels): {"bind": "/w", "mode": "ro"}, str(out): {"bind": "/opt/cko", "mode": "rw"}},
+            {
+                str(wheels): {"bind": "/w", "mode": "ro"},
+                str(out / "opt"): {"bind": "/opt/cko", "mode": "rw"},
+                str(out / "pyc"): {"bind": "/pyc", "mode": "rw"},
+            }
+            | _compiler_mount(),
             "venv install",
         )
-        lw.add_tree(out, "opt/cko", owner=(0, 0))
+        lw.add_tree(out / "opt", "opt/cko", owner=(0, 0))
+        lw.add_tree(out / "pyc", "", owner=(0, 0))  # the interpreter's standard library's bytecode
         return out
 
     return _cached_layer(key, "cko venv (/opt/cko)", make), hashes
@@ -348,7 +367,9 @@ def extra_layer(
     key = (
         "extra-"
         + sha256_bytes(
-            json.dumps([base.digest, hashes, recipe.packages, EXTRA_SCRIPT, oci.epoch()]).encode()
+            json.dumps(
+                [base.digest, hashes, recipe.packages, EXTRA_SCRIPT, _compiler_hash(), oci.epoch()]
+            ).encode()
         )[:32]
     )
 
@@ -359,7 +380,8 @@ def extra_layer(
             client,
             base_id,
             EXTRA_SCRIPT,
-            {str(wheels): {"bind": "/w", "mode": "ro"}, str(out): {"bind": "/out", "mode": "rw"}},
+            {str(wheels): {"bind": "/w", "mode": "ro"}, str(out): {"bind": "/out", "mode": "rw"}}
+            | _compiler_mount(),
             "package install",
         )
         lw.add_tree(out, "opt/cko/extra", owner=(0, 0))
@@ -368,28 +390,42 @@ def extra_layer(
     return _cached_layer(key, f"packages: {' '.join(recipe.packages)}", make), hashes
 
 
-def ops_layer(progress: Progress) -> oci.Layer:
-    """The supervisor: operations/ (and the trace scanner built beside it), and the work mounts."""
+def ops_layer(client: Any, base_id: str, progress: Progress) -> oci.Layer:
+    """The supervisor: operations/ with its bytecode (and the trace scanner built beside it), and the
+    work mounts."""
     try:
         native.build(progress=progress)
     except RuntimeError as exc:
         raise unavailable(f"building the trace scanner failed: {exc}", field="native") from None
-    ops = operations_dir()
-    lw = oci.LayerWriter(cache_dir() / "layers" / f".ops-{os.getpid()}.tar")
-    lw.add_tree(
-        ops,
-        "opt/cko/src/operations",
-        owner=(0, 0),
-        skip=lambda rel: (
-            "__pycache__" in rel.split("/") or rel.endswith(".pyc") or "/.trace_scan." in "/" + rel
-        ),
+    src = _scratch("ops") / "operations"
+    shutil.copytree(
+        operations_dir(), src, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".trace_scan.*")
     )
+    progress("compiling the supervisor's bytecode (container, no network)")
+    _in_container(
+        client,
+        base_id,
+        OPS_SCRIPT,
+        {str(src): {"bind": "/opt/cko/src/operations", "mode": "rw"}} | _compiler_mount(),
+        "compiling operations",
+    )
+    lw = oci.LayerWriter(cache_dir() / "layers" / f".ops-{os.getpid()}.tar")
+    lw.add_tree(src, "opt/cko/src/operations", owner=(0, 0))
     for d in WORK_DIRS:
         lw.add_dir(d)
     digest = lw.write()
+    shutil.rmtree(src.parent)
     path = cache_dir() / "layers" / f"{digest}.tar"
     os.replace(lw.out, path)
     return oci.Layer(path, digest, "cko supervisor (operations)")
+
+
+def _compiler_mount() -> dict[str, dict[str, str]]:
+    return {str(PYCOMPILE): {"bind": "/c/pycompile.py", "mode": "ro"}}
+
+
+def _compiler_hash() -> str:
+    return sha256_file(PYCOMPILE)
 
 
 # -- assembling ------------------------------------------------------------------------------
@@ -467,7 +503,7 @@ def recipe_layers(client: Any, recipe: Recipe, progress: Progress) -> tuple[list
 def layered_build(client: Any, recipe: Recipe, progress: Progress) -> ImageEntry:
     started = time.monotonic()
     layers, inputs = recipe_layers(client, recipe, progress)
-    layers.append(ops_layer(progress))
+    layers.append(ops_layer(client, _base_image(client, progress)[2], progress))
     ih = inputs_hash(recipe.name, recipe)
     out = _assemble(
         client, layers, f"cko/{recipe.name}", {"org.cko.image": recipe.name, "org.cko.inputs": ih}, progress

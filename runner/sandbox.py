@@ -325,6 +325,7 @@ def run(
             try:
                 status = container.wait(timeout=min(1.0, remaining))
                 exit_code = int(status.get("StatusCode", -1))
+                on_event("exited", {"exit_code": exit_code})
                 break
             except DockerException as exc:
                 if "timed out" in str(exc).lower() or "read timeout" in str(exc).lower():

@@ -150,7 +150,7 @@ phase_wall() {
   local m
   for m in cold graph; do
     [ -s $W/wall-$m.json ] && continue
-    python3 benchmarks/verdict_wall.py --mode $m --out $W/wall-$m.json 2>&1 | tail -n 6 | tee -a $W/wall.txt
+    python3 benchmarks/verdict_wall.py --mode $m --out $W/wall-$m.json 2>&1 | tail -n 16 | tee -a $W/wall.txt
   done
   [ -s $W/wall-cold.json ] && [ -s $W/wall-graph.json ]
 }
