@@ -546,7 +546,7 @@ def main(
                 extra,
                 input_seed,
                 _units(req, extra),
-                environment(),
+                environment,
                 "cuda_events+device_sync" if req.device == "cuda" else "perf_counter_ns",
             )
         except SupervisorError as exc:  # a coded failure the measure operation reports as it is
