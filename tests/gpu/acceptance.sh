@@ -100,7 +100,7 @@ phase_sass() {
 
 phase_adversarial() {
   # bounded by what is left, and every test's line kept as it comes: a cut call still says which ran
-  timeout $(( $(left) + 20 )) python3 -m pytest -v -p no:cacheprovider -m gpu tests/gpu/test_gpu_acceptance.py \
+  CKO_GPU_EVIDENCE_DIR=$W timeout $(( $(left) + 20 )) python3 -m pytest -v -p no:cacheprovider -m gpu tests/gpu/test_gpu_acceptance.py \
     -k adversarial --junitxml $W/adversarial.xml 2>&1 | tee $W/adversarial-full.txt | grep -E "PASSED|FAILED|ERROR|passed|failed" \
     | tail -n 25 | tee $W/adversarial.txt
   grep -q " passed" $W/adversarial.txt && ! grep -qE " (failed|error)" $W/adversarial.txt

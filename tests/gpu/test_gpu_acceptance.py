@@ -7,6 +7,7 @@ Run on a GPU machine after `source tests/gpu/prepare.sh` and the cuda image buil
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -170,8 +171,13 @@ GPU_CANDIDATES = sorted(p.name for p in GPU_ADV.iterdir() if (p / "kernel.py").i
 HONEST = ("below_minimum", "inconclusive", "regressed")
 GPU_EXPECTED = {
     "side_stream": HONEST,  # the worker's window ends with a whole-device synchronise
-    "patched_sync": HONEST,  # the worker's clock bound synchronize before the subject loaded
-    "deferred_thread": ("failed_accuracy", "integrity_violation", "inconclusive"),
+    # the worker's clock bound synchronize before the subject loaded; the worker's snapshot of torch's
+    # callables sees the swap after the run (the candidate's docstring): either leaves it unaccepted
+    "patched_sync": (*HONEST, "integrity_violation"),
+    # its thread's work, when it lands after the window, is seen by the idle probes (void) or read
+    # unwritten (accuracy); when the thread gets its turn inside the window, the window's device-wide
+    # synchronise times it, and it is the eager code it is: an honest, unaccepted outcome
+    "deferred_thread": ("failed_accuracy", "integrity_violation", *HONEST),
     "queue_flood": ("inconclusive", "integrity_violation"),  # the idle probe voids the blocks
     "forged_time": ("integrity_violation",),
     "cache_by_ptr": ("failed_accuracy",),
@@ -199,6 +205,9 @@ def test_every_gpu_candidate_has_an_expectation() -> None:
 @pytest.mark.parametrize("name", GPU_CANDIDATES)
 def test_gpu_adversarial_candidate_is_never_accepted(layernorm_target: dict, name: str) -> None:
     r, doc = run_candidate(layernorm_target, GPU_ADV / name, name)
+    keep = os.environ.get("CKO_GPU_EVIDENCE_DIR")
+    if keep:  # acceptance.sh: each outcome on disk as it comes (a call cut short still has them)
+        Path(keep, f"adversarial-{name}.json").write_text(json.dumps(doc, indent=1))
     assert doc.get("stage_outcome") != "accepted" and doc.get("primary_verdict") != "accepted", json.dumps(
         doc
     )[:3000]
