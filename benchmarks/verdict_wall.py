@@ -65,24 +65,27 @@ def _invocations(store: Path, exp: dict[str, Any]) -> dict[str, Any]:
         doc = object_json(store, out["sha256"])
         res = doc["driver_result"]
         cal = res.get("calibration") or {}
-        tot["container_s"] += inv["duration_s"] or 0.0
-        tot["loop_s"] += cal.get("loop_s") or 0.0
-        tot["blocks"] += cal.get("blocks") or 0
+        container, before, setup, loop = (
+            inv["duration_s"] or 0.0,
+            cal.get("before_s") or 0.0,
+            cal.get("setup_s") or 0.0,
+            cal.get("loop_s") or 0.0,
+        )
+        driver_wall = sum(p.get("wall_s") or 0.0 for p in doc.get("processes") or [])
+        for k, v in (
+            ("container_s", container),
+            ("loop_s", loop),
+            ("blocks", cal.get("blocks") or 0),
+            ("wrapper_s", container - driver_wall),
+            ("driver_start_s", before),
+            ("setup_s", setup),
+            ("after_loop_s", driver_wall - before - setup - loop),
+            *_breakdown(store / "invocations" / ref["id"] / "events.jsonl", res).items(),
+        ):
+            tot[k] += v
         for src, dst in ((cal.get("block_parts_s"), parts), (cal.get("untimed_parts_s"), untimed)):
             for part, v in (src or {}).items():
                 dst[part] = dst.get(part, 0.0) + v
-        for k, v in _breakdown(store / "invocations" / ref["id"] / "events.jsonl", res).items():
-            tot[k] += v
-        driver_wall = sum(p.get("wall_s") or 0.0 for p in doc.get("processes") or [])
-        tot["wrapper_s"] += (inv["duration_s"] or 0.0) - driver_wall
-        tot["driver_start_s"] += cal.get("before_s") or 0.0
-        tot["setup_s"] += cal.get("setup_s") or 0.0
-        tot["after_loop_s"] += (
-            driver_wall
-            - (cal.get("before_s") or 0.0)
-            - (cal.get("setup_s") or 0.0)
-            - (cal.get("loop_s") or 0.0)
-        )
     fixed = tot["container_s"] - tot["loop_s"]
     return tot | {"fixed_s": fixed, "block_parts_s": parts, "untimed_parts_s": untimed}
 

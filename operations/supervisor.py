@@ -307,10 +307,15 @@ class GpuWatch:
         self.probe_ns = 0
 
     def poll(self) -> None:
+        """One turn of a wait: a probe, or a short sleep where there is nothing to probe."""
         if self.probe is None:
             time.sleep(50e-6)
-            return
-        if not self.busy:
+        else:
+            self.once()
+
+    def once(self) -> None:
+        """One probe, until one has found the device busy."""
+        if self.probe is not None and not self.busy:
             t0 = time.perf_counter_ns()
             self.busy = self.probe.busy()
             self.probe_ns += time.perf_counter_ns() - t0
@@ -654,28 +659,40 @@ class Supervisor:
         st.foreign_ctx.append(None if ctx is None else max(0, ctx - 1 - len(self.workers)))
         st.throttle.append(thr)
         laps.lap("freeze and record")
-        # Checked or released, the worker's CPU time in this untimed command is measured: work a
-        # subject deferred past its window would have to run here (see post_cpu_checks).
+        self.release(w, st, item, value, seed, u1)
+        if inputs_dir is not None:
+            self.drop_old_copies(w, None)
+        laps.lap("freeze and clean")
+
+    def release(
+        self, w: WorkerConn, st: SeriesState, item: ScheduleItem, value: Any, seed: int, u1: dict[str, int]
+    ) -> None:
+        """After a window: the output checked (fetched) or dropped, in an untimed command of its own.
+
+        The worker's CPU time in it is measured (work a subject deferred past its window would have
+        to run here, see pair_checks), and the device is probed while it runs and once it is frozen."""
         self.activate(item.subject)
-        laps.lap("thaw after the window")
+        self.laps.lap("thaw after the window")
         watch = GpuWatch(self.probe)
         checked = self.maybe_check(w, st, item, value, seed, watch)
         if not checked:
-            t0 = time.perf_counter_ns()
-            reply = w.call(Drop(), self.req.command_timeout_s, watch.poll)
-            self.untimed.add("drop", time.perf_counter_ns() - t0, reply, watch)
-        laps.lap("check or drop")
+            self.untimed_call(w, Drop(), watch)
+        self.laps.lap("check or drop")
         u3 = self.freeze_all()
         # Once more now that it is frozen: a Drop answers in ~0.2 ms, so a thread of the subject's that
         # launched work just after the reply (and before the freeze) could otherwise go unseen.
-        watch.poll()
+        watch.once()
         if watch.busy and not st.void[-1]:
             st.void[-1] = f"during the fetch or release after the window: {watch.busy}"
         st.post.append(max(0, u3.get(item.subject, 0) - u1.get(item.subject, 0)))
         st.post_kind.append("fetch" if checked else "drop")
-        if inputs_dir is not None:
-            self.drop_old_copies(w, None)
-        laps.lap("freeze and clean")
+
+    def untimed_call(self, w: WorkerConn, cmd: Fetch | Drop, watch: GpuWatch) -> Reply:
+        """A Fetch or Drop, the device probed while the worker answers; its parts go to `untimed`."""
+        t0 = time.perf_counter_ns()
+        reply = w.call(cmd, self.req.command_timeout_s, watch.poll)
+        self.untimed.add(cmd.op, time.perf_counter_ns() - t0, reply, watch)
+        return reply
 
     def capture(self, w: WorkerConn, item: ScheduleItem) -> None:
         """graph mode: the block's CUDA graph, captured on decoy inputs (wire.Capture) while only this
@@ -756,9 +773,7 @@ class Supervisor:
         out_dir.mkdir(mode=0o770)
         os.chown(out_dir, -1, w.slot.gid)
         os.chmod(out_dir, 0o770)
-        t0 = time.perf_counter_ns()
-        reply = w.call(Fetch(out=str(out_dir)), self.req.command_timeout_s, watch.poll)
-        self.untimed.add("fetch", time.perf_counter_ns() - t0, reply, watch)
+        reply = self.untimed_call(w, Fetch(out=str(out_dir)), watch)
         self.laps.lap("check: fetch")
         if not reply.ok:
             raise SupervisorError(

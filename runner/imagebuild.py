@@ -458,26 +458,32 @@ def _assemble(
     return out | {"archive": str(archive), "tag": ref}
 
 
-def _base_image(client: Any, progress: Progress) -> tuple[oci.Layer, dict[str, Any], str]:
+# the base: its layer, what went into it, its image id (every layered recipe's chain ends on it)
+Base = tuple[oci.Layer, dict[str, Any], str]
+
+
+def _base_image(client: Any, progress: Progress) -> Base:
     base, info = base_layer(progress)
     out = _assemble(client, [base], f"cko/base-{DEBIAN_SUITE}", {"org.cko.image": "base"}, progress)
     return base, info | {"image_id": out["image_id"]}, out["image_id"]
 
 
-def recipe_layers(client: Any, recipe: Recipe, progress: Progress) -> tuple[list[oci.Layer], dict[str, Any]]:
+def recipe_layers(
+    client: Any, recipe: Recipe, base_image: Base, progress: Progress
+) -> tuple[list[oci.Layer], dict[str, Any]]:
     """The layers below the supervisor, and what went into them."""
+    base, info, base_id = base_image
     if recipe.kind != "layers":
         raise bad_request(
             f"image {recipe.name}: only a packages recipe can be a base (is {recipe.kind})", field="base"
         )
     if recipe.base == "debootstrap":
-        base, info, base_id = _base_image(client, progress)
         venv, hashes = venv_layer(
             client, base_id, base, assets_root() / "images" / "requirements-cpu.txt", progress
         )
         layers, inputs = [base, venv], {"base": info, "wheels": hashes}
     else:
-        layers, inputs = recipe_layers(client, load_recipe(recipe.base), progress)
+        layers, inputs = recipe_layers(client, load_recipe(recipe.base), base_image, progress)
         inputs = {"base": {"kind": "recipe", "name": recipe.base, **inputs}}
     if recipe.packages or recipe.requirements:
         if recipe.requirements:
@@ -493,8 +499,7 @@ def recipe_layers(client: Any, recipe: Recipe, progress: Progress) -> tuple[list
                     ]
                 }
             )
-        _, _, base_id = _base_image(client, progress)
-        extra, hashes = extra_layer(client, base_id, layers[0], recipe, progress)
+        extra, hashes = extra_layer(client, base_id, base, recipe, progress)
         layers.append(extra)
         inputs["packages"] = {"requested": recipe.packages, "wheels": hashes}
     return layers, inputs
@@ -502,8 +507,9 @@ def recipe_layers(client: Any, recipe: Recipe, progress: Progress) -> tuple[list
 
 def layered_build(client: Any, recipe: Recipe, progress: Progress) -> ImageEntry:
     started = time.monotonic()
-    layers, inputs = recipe_layers(client, recipe, progress)
-    layers.append(ops_layer(client, _base_image(client, progress)[2], progress))
+    base_image = _base_image(client, progress)
+    layers, inputs = recipe_layers(client, recipe, base_image, progress)
+    layers.append(ops_layer(client, base_image[2], progress))
     ih = inputs_hash(recipe.name, recipe)
     out = _assemble(
         client, layers, f"cko/{recipe.name}", {"org.cko.image": recipe.name, "org.cko.inputs": ih}, progress

@@ -281,7 +281,7 @@ def run(
     companions: Companions | None = None,
 ) -> ContainerRun:
     """Create, start, wait with a timeout, stop/kill, collect output, remove. Never leaves it behind."""
-    from docker.errors import APIError, DockerException, ImageNotFound
+    from docker.errors import APIError, ImageNotFound
 
     try:
         container = client.containers.create(**container_kwargs(spec))
@@ -311,35 +311,9 @@ def run(
         on_event("container_started", {"container_id": container.id[:12]})
         if companions is not None:
             companions.start(client, container, on_event)
-        deadline = time.monotonic() + spec.timeout_s
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = True
-                on_event("timeout", {"after_s": spec.timeout_s})
-                break
-            if cancelled():
-                was_cancelled = True
-                on_event("cancel_seen", {})
-                break
-            try:
-                status = container.wait(timeout=min(1.0, remaining))
-                exit_code = int(status.get("StatusCode", -1))
-                on_event("exited", {"exit_code": exit_code})
-                break
-            except DockerException as exc:
-                if "timed out" in str(exc).lower() or "read timeout" in str(exc).lower():
-                    continue
-                engine_error = str(exc)
-                on_event("engine_error", {"error": engine_error[:300]})
-                break
-            except Exception as exc:  # requests' ReadTimeout / ConnectionError come through here
-                name = type(exc).__name__
-                if "Timeout" in name or "timed out" in str(exc).lower():
-                    continue
-                engine_error = f"{name}: {exc}"
-                on_event("engine_error", {"error": engine_error[:300]})
-                break
+        exit_code, timed_out, was_cancelled, engine_error = _wait(
+            container, spec.timeout_s, cancelled, on_event
+        )
     finally:
         ended = time.time()
         oom = False
@@ -371,6 +345,43 @@ def run(
         cleanup=cleanup,
         engine_error=engine_error,
     )
+
+
+def _wait(
+    container: Any,
+    timeout_s: float,
+    cancelled: Callable[[], bool],
+    on_event: Callable[[str, dict[str, Any]], None],
+) -> tuple[int | None, bool, bool, str | None]:
+    """Wait for the container's command, in 1 s slices so a cancel is seen: (exit code, timed out,
+    cancelled, the engine's error), one event for whichever ended the wait."""
+    from docker.errors import DockerException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            on_event("timeout", {"after_s": timeout_s})
+            return None, True, False, None
+        if cancelled():
+            on_event("cancel_seen", {})
+            return None, False, True, None
+        try:
+            status = container.wait(timeout=min(1.0, remaining))
+        except DockerException as exc:
+            error = str(exc)
+            slice_ended = "timed out" in error.lower() or "read timeout" in error.lower()
+        except Exception as exc:  # requests' ReadTimeout / ConnectionError come through here
+            error = f"{type(exc).__name__}: {exc}"
+            slice_ended = "Timeout" in type(exc).__name__ or "timed out" in str(exc).lower()
+        else:
+            exit_code = int(status.get("StatusCode", -1))
+            on_event("exited", {"exit_code": exit_code})
+            return exit_code, False, False, None
+        if slice_ended:
+            continue  # this slice of the wait ended, the command did not
+        on_event("engine_error", {"error": error[:300]})
+        return None, False, False, error
 
 
 def find_containers(client: Any, store_root: str) -> list[Any]:
