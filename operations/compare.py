@@ -71,7 +71,10 @@ def _compare_torch(output: Any, expected: Any) -> tuple[float, float, str]:
     # passed back, in its own dtype) goes to it, where the float64 passes take milliseconds; on the
     # host they took ~0.3 s per check of 16M elements (LayerNorm 4096x4096 on the H100), most of a
     # target stage's loop.
-    out = out.to(device=ref.device, dtype=torch.float64)
+    # Moved in its own dtype, widened where the reference is: torch converts a host-to-device copy's
+    # dtype on the host, which for a 16M-element bf16 output meant a 128 MB float64 array made by one CPU
+    # thread and copied over (~34 ms per check on the H100).
+    out = out.to(ref.device).to(torch.float64)
     ref = ref.to(torch.float64)
     bad = int((~torch.isfinite(out)).sum().item())
     if bad:

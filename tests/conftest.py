@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,12 +129,15 @@ def adversarial_target(
     return {"work": work, "store": store, "id": r.json["target"]["id"]}
 
 
-def run_candidate(target: dict, path: Path, name: str) -> tuple[Result, dict]:
-    """Register `path` as a variant of the target and run a target-stage experiment (seed 5) on it."""
+def run_candidate(target: dict, path: Path, name: str, walls: dict | None = None) -> tuple[Result, dict]:
+    """Register `path` as a variant of the target and run a target-stage experiment (seed 5) on it.
+    `walls`, when given, gets each command's wall in seconds."""
     vreq = target["work"] / f"variant-{name}.json"
     vreq.write_text(json.dumps({"path": str(path), "claim": f"adversarial: {name}"}))
+    t0 = time.monotonic()
     v = run_cko("variant", "--request", str(vreq), "--target", target["id"], "--json", store=target["store"])
     assert v.code == 0, v.stdout
+    t1 = time.monotonic()
     ereq = target["work"] / f"exp-{name}.json"
     ereq.write_text(json.dumps({"stage": "target", "seed": 5}))
     r = run_cko(
@@ -148,4 +152,6 @@ def run_candidate(target: dict, path: Path, name: str) -> tuple[Result, dict]:
         store=target["store"],
         timeout=900,
     )
+    if walls is not None:
+        walls.update(variant_s=round(t1 - t0, 2), experiment_s=round(time.monotonic() - t1, 2))
     return r, r.json

@@ -105,6 +105,30 @@ def test_codec_round_trips_torch_bfloat16(tmp_path: Path) -> None:
     assert back.dtype == torch.bfloat16 and torch.equal(back, t)
 
 
+def test_codec_refuses_a_torch_dtype_numpy_has_no_name_for(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    q = torch.quantize_per_tensor(torch.ones(4), 0.1, 0, torch.qint8)
+    with pytest.raises(codec.CodecError, match="qint8"):
+        codec.encode({"q": q}, tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "int64", "bool", "float8_e4m3fn"])
+def test_codec_writes_a_device_tensor_straight_into_the_file(tmp_path: Path, dtype: str) -> None:
+    """The worker's Fetch: a CUDA tensor (strided, of each kind) copied into the `.npy` file's pages,
+    read back by the supervisor's decoder bit for bit."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    base = torch.randn(64, 96, device="cuda") * 4
+    t = (base > 0 if dtype == "bool" else base.to(getattr(torch, dtype))).t()  # a transposed view
+    codec.encode({"t": t, "empty": t[:0]}, tmp_path, host_only=True)
+    back = codec.decode(tmp_path, max_bytes=1 << 24, device_ok=True)
+    assert back["t"].device.type == "cpu" and back["t"].dtype == t.dtype and back["t"].shape == t.shape
+    assert torch.equal(back["t"].view(torch.uint8), t.cpu().contiguous().view(torch.uint8))
+    assert back["empty"].shape == t[:0].shape
+
+
 def _manifest(tmp_path: Path, root: object) -> None:
     (tmp_path / "manifest.json").write_text(json.dumps({"root": root}))
 

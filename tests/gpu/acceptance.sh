@@ -8,7 +8,7 @@
 #   overhead     torch's first CUDA op bare vs in `cko exec`; the cuda-reduce driver bare vs containerised
 #   ncu          `cko profile ncu --collect` on the cuda-reduce Target (counters allowed by a policy file)
 #   sass         `cko sass --binary` on the candidate's sm_90a cubin (cuobjdump in the cuda image)
-#   adversarial  the GPU adversarial candidates (tests/adversarial/gpu) through pytest -m gpu
+#   adversarial  the GPU adversarial candidates (tests/adversarial/gpu) through pytest -m gpu (ADV_K: a -k subset)
 #   aa           20 A/A target experiments (identical variant) on torch-layernorm: the false-positive rate
 #   parse        benchmarks/parse_speed.py on one core of the GPU host (not in the default list)
 #   fidelity     benchmarks/fidelity.py: cko's cold/hot/graph gains beside ncu's and do_bench's (issue 18)
@@ -101,7 +101,7 @@ phase_sass() {
 phase_adversarial() {
   # bounded by what is left, and every test's line kept as it comes: a cut call still says which ran
   CKO_GPU_EVIDENCE_DIR=$W timeout $(( $(left) + 20 )) python3 -m pytest -v -p no:cacheprovider -m gpu tests/gpu/test_gpu_acceptance.py \
-    -k adversarial --junitxml $W/adversarial.xml 2>&1 | tee $W/adversarial-full.txt | grep -E "PASSED|FAILED|ERROR|passed|failed" \
+    -k "adversarial${ADV_K:+ and ($ADV_K)}" --junitxml $W/adversarial.xml 2>&1 | tee $W/adversarial-full.txt | grep -E "PASSED|FAILED|ERROR|passed|failed" \
     | tail -n 25 | tee $W/adversarial.txt
   grep -q " passed" $W/adversarial.txt && ! grep -qE " (failed|error)" $W/adversarial.txt
 }
@@ -152,7 +152,7 @@ phase_wall() {
   local m
   for m in cold graph; do
     [ -s $W/wall-$m.json ] && continue
-    python3 benchmarks/verdict_wall.py --mode $m --out $W/wall-$m.json 2>&1 | tail -n 16 | tee -a $W/wall.txt
+    python3 benchmarks/verdict_wall.py --mode $m --out $W/wall-$m.json 2>&1 | tail -n 18 | tee -a $W/wall.txt
   done
   [ -s $W/wall-cold.json ] && [ -s $W/wall-graph.json ]
 }

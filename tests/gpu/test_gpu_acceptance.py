@@ -204,10 +204,11 @@ def test_every_gpu_candidate_has_an_expectation() -> None:
 
 @pytest.mark.parametrize("name", GPU_CANDIDATES)
 def test_gpu_adversarial_candidate_is_never_accepted(layernorm_target: dict, name: str) -> None:
-    r, doc = run_candidate(layernorm_target, GPU_ADV / name, name)
+    walls: dict = {}
+    r, doc = run_candidate(layernorm_target, GPU_ADV / name, name, walls)
     keep = os.environ.get("CKO_GPU_EVIDENCE_DIR")
     if keep:  # acceptance.sh: each outcome on disk as it comes (a call cut short still has them)
-        Path(keep, f"adversarial-{name}.json").write_text(json.dumps(doc, indent=1))
+        Path(keep, f"adversarial-{name}.json").write_text(json.dumps(doc | {"_walls_s": walls}, indent=1))
     assert doc.get("stage_outcome") != "accepted" and doc.get("primary_verdict") != "accepted", json.dumps(
         doc
     )[:3000]
