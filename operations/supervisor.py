@@ -80,6 +80,11 @@ STAGE_SLACK_NS = 1_000_000
 STAGE_SLACK_REL = 1.0
 # Likewise the CPU a worker spends in the untimed command after its window (fetch or release).
 POST_SLACK_NS = 3_000_000
+# Frozen, yet its work still holds the device: confirmed by this many probes in a row (one slow probe
+# is a host hiccup; queued kernels keep every probe slow), in this many blocks of one series, ends the
+# stage. Each such block is void anyway; stopping bounds what a flood of queued work costs the stage.
+LEFT_RUNNING_PROBES = 3
+LEFT_RUNNING_BLOCKS = 3
 POST_SLACK_REL = 1.0
 
 
@@ -143,6 +148,12 @@ def check_post_cpu(post_ns: int, other_ns: int) -> str:
     if post_ns > limit:
         return f"{post_ns} ns of CPU after the window (the other subject: {other_ns}; limit {limit})"
     return ""
+
+
+def left_running(confirmed_blocks: int, foreign_contexts: int | None) -> bool:
+    """Is a subject's work left running past its windows, beyond doubt? Only where NVML counted no
+    other process's context on the device (another tenant's kernels would also keep it busy)."""
+    return foreign_contexts == 0 and confirmed_blocks >= LEFT_RUNNING_BLOCKS
 
 
 class Ctl:
@@ -295,6 +306,15 @@ class GpuProbe:
             return f"the device was busy before the window (idle probe took {t} ns, limit {self.limit_ns})"
         return ""
 
+    def still_busy(self) -> str:
+        """Busy on LEFT_RUNNING_PROBES probes in a row ("" when any one found it idle)."""
+        times = []
+        for _ in range(LEFT_RUNNING_PROBES):
+            times.append(self.once())
+            if times[-1] <= self.limit_ns:
+                return ""
+        return f"{len(times)} probes in a row took {min(times)}-{max(times)} ns (limit {self.limit_ns})"
+
 
 class GpuWatch:
     """Probes the device while a worker runs an untimed command: compute it launches there (work
@@ -435,6 +455,7 @@ class SeriesState:
     foreign_cpu: list[float] = field(default_factory=list)
     foreign_ctx: list[int | None] = field(default_factory=list)
     throttle: list[list[str] | None] = field(default_factory=list)
+    left_running: int = 0  # blocks after which the device stayed busy with this subject frozen
     checks: int = 0
     checked: list[int] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
@@ -658,6 +679,8 @@ class Supervisor:
         # the stage's own contexts: the supervisor's and one per worker
         st.foreign_ctx.append(None if ctx is None else max(0, ctx - 1 - len(self.workers)))
         st.throttle.append(thr)
+        if after:
+            self.note_left_running(st, item)
         laps.lap("freeze and record")
         self.release(w, st, item, value, seed, u1)
         if inputs_dir is not None:
@@ -684,8 +707,27 @@ class Supervisor:
         watch.once()
         if watch.busy and not st.void[-1]:
             st.void[-1] = f"during the fetch or release after the window: {watch.busy}"
+        if watch.busy:
+            self.note_left_running(st, item)
         st.post.append(max(0, u3.get(item.subject, 0) - u1.get(item.subject, 0)))
         st.post_kind.append("fetch" if checked else "drop")
+
+    def note_left_running(self, st: SeriesState, item: ScheduleItem) -> None:
+        """The device was found busy with this subject just frozen: confirm, count, and end the stage
+        once `left_running` holds (an integrity violation: the subject's work outlives its windows)."""
+        assert self.probe is not None
+        why = self.probe.still_busy()
+        if not why:
+            return
+        st.left_running += 1
+        ctx = st.foreign_ctx[-1] if st.foreign_ctx else None
+        if left_running(st.left_running, ctx):
+            raise SupervisorError(
+                "integrity_violation",
+                f"{item.subject}/{item.case}: the device stayed busy with the subject frozen after "
+                f"{st.left_running} of its blocks ({why}), and no other process held a context: "
+                "its work outlives its windows",
+            )
 
     def untimed_call(self, w: WorkerConn, cmd: Fetch | Drop, watch: GpuWatch) -> Reply:
         """A Fetch or Drop, the device probed while the worker answers; its parts go to `untimed`."""

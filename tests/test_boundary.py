@@ -18,6 +18,7 @@ from cko_perf.operations.supervisor import (
     check_bracket,
     check_post_cpu,
     check_staging,
+    left_running,
     systematic_disagreement,
 )
 
@@ -66,6 +67,13 @@ def test_staging_bound_against_the_other_subject() -> None:
 def test_post_window_cpu_bound_against_the_other_subject() -> None:
     assert check_post_cpu(1 * MS, 1 * MS) == ""
     assert "after the window" in check_post_cpu(40 * MS, 1 * MS)
+
+
+def test_work_left_running_ends_the_stage_only_when_confirmed_and_unexplained() -> None:
+    assert left_running(3, 0)  # three confirmed blocks, no other process on the device
+    assert not left_running(2, 0)  # under the count: each block is only void
+    assert not left_running(9, 1)  # another tenant's context explains a busy device
+    assert not left_running(9, None)  # NVML could not count contexts: no accusation
 
 
 # -- codec -------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from cko_perf.operations.protocol import Accuracy, DriverResult, Metric, Series
 from cko_perf.operations.stats import evenly_spaced_looks, sequential_plan
 from cko_perf.runner.workflow.decide import VOID_OUTCOMES, decide
 from cko_perf.runner.workflow.requests import Constraint, Gate, LoadCeiling, Objective, StatsPlan
-from cko_perf.runner.workflow.verdicts import DecidePlan, SampleLoad, Telemetry, WindowLoad
+from cko_perf.runner.workflow.verdicts import DecidePlan, Reason, SampleLoad, Telemetry, WindowLoad
 from tests.conftest import ROOT
 
 TIME = Metric(name="time", unit="ms", direction="lower")
@@ -317,6 +317,13 @@ def test_failures_void_the_samples_and_are_coded() -> None:
     assert integ.stage_outcome == "integrity_violation" and integ.stage_outcome in VOID_OUTCOMES
     failed = decide(None, plan(sp), Telemetry())
     assert failed.stage_outcome == "failed_run" and failed.primary_verdict == "void"
+    # the supervisor ended the stage on a violation it confirmed: no samples, and not a failed run
+    stopped = decide(
+        None, plan(sp), Telemetry(), Reason(code="integrity_violation", message="work left running")
+    )
+    assert stopped.stage_outcome == "integrity_violation" and stopped.codes == ["integrity_violation"]
+    crashed = decide(None, plan(sp), Telemetry(), Reason(code="measurement_failed", message="driver crashed"))
+    assert crashed.stage_outcome == "failed_run"
     mism = decide(result({"time": ref}, {"time": ref}), plan(sp, identity_mismatch=["image.id"]), Telemetry())
     assert mism.stage_outcome == "void" and "environment_mismatch" in mism.codes
 

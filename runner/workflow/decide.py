@@ -43,6 +43,9 @@ def decide(
     samples: DriverResult | None, plan: DecidePlan, telemetry: Telemetry, failure: Reason | None = None
 ) -> Decision:
     """The stage outcome, the primary and constraint verdicts and the coded reasons (module docstring)."""
+    if failure is not None and failure.code == "integrity_violation":
+        # the supervisor stopped the stage on a violation it confirmed (work outliving its windows)
+        return Decision(stage_outcome="integrity_violation", primary_verdict="void", reasons=[failure])
     if failure is not None or samples is None:
         failed = failure or Reason(code="measurement_failed", message="the measurement returned no samples")
         return Decision(stage_outcome="failed_run", primary_verdict="void", reasons=[failed])

@@ -326,6 +326,8 @@ def cost_doc(req: ExperimentRequest, t: Target, seconds: float, progress: Progre
 
 def _failure(m: Measured) -> Reason:
     f = m.failure or {}
+    if f.get("code") == "integrity_violation":  # the supervisor ended the stage on one (decide says so)
+        return Reason(code="integrity_violation", message=f"integrity violation: {f.get('message')}")
     return Reason(
         code="measurement_failed",
         message=f"measurement failed: {f.get('code')}: {f.get('message')} (field {f.get('field')})",
