@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from cko_perf.operations import codec
-from cko_perf.operations.supervisor import (
+from cko_perf.operations.integrity import (
     check_bracket,
     check_post_cpu,
     check_staging,
