@@ -34,7 +34,12 @@ from . import codec
 from .compare import compare, poison
 from .integrity import (
     BAD_THROTTLE,
+    CALIBRATION_PAUSE_S,
+    CALIBRATION_TRIES,
+    IDLE_PROBE_CEILING_NS,
     LEFT_RUNNING_PROBES,
+    busy_at_start_code,
+    calibration_busy,
     check_bracket,
     check_post_cpu,
     check_staging,
@@ -208,12 +213,17 @@ class GpuProbe:
         self.limit_ns = 0
         self.calibration: dict[str, int] = {}
 
-    def calibrate(self) -> None:
-        """Only while every worker is frozen: the limit is the idle device's time, nothing else's."""
-        samples = [self.once() for _ in range(50)]
-        samples.sort()
-        self.calibration = {"p50_ns": samples[25], "p98_ns": samples[48]}
-        self.limit_ns = 4 * samples[48] + 300_000
+    def calibrate(self) -> bool:
+        """Only while every worker is frozen: the limit is the idle device's time, nothing else's.
+        False when every try found the device busy (the limit is then left unset: see _start)."""
+        for tries in range(1, CALIBRATION_TRIES + 1):
+            samples = sorted(self.once() for _ in range(50))
+            self.calibration = {"p50_ns": samples[25], "p98_ns": samples[48], "tries": tries}
+            if not calibration_busy(samples[25]):
+                self.limit_ns = 4 * samples[48] + 300_000
+                return True
+            time.sleep(CALIBRATION_PAUSE_S)  # work a subject's import left (a compile's kernel) may end
+        return False
 
     def once(self) -> int:
         t0 = time.perf_counter_ns()
@@ -376,7 +386,7 @@ class SeriesState:
     foreign_cpu: list[float] = field(default_factory=list)
     foreign_ctx: list[int | None] = field(default_factory=list)
     throttle: list[list[str] | None] = field(default_factory=list)
-    left_running: int = 0  # blocks after which the device stayed busy with this subject frozen
+    left_running: int = 0  # commands after which the device stayed busy with this subject frozen
     checks: int = 0
     checked: list[int] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
@@ -458,12 +468,38 @@ class Supervisor:
         self.freeze_all()
         if probe is not None:
             try:
-                self.probe = probe.result()
-                self.probe.calibrate()
-                calibration["gpu_idle_probe"] = self.probe.calibration | {"limit_ns": self.probe.limit_ns}
+                made = probe.result()
+                idle = made.calibrate()
             except Exception as exc:  # no torch in the image: the probe is absent and says so
                 calibration["gpu_idle_probe"] = {"unavailable": f"{type(exc).__name__}: {exc}"[:200]}
+            else:
+                self.probe = made
+                calibration["gpu_idle_probe"] = made.calibration | {"limit_ns": made.limit_ns}
+                if not idle:
+                    self.busy_at_start()
         return calibration
+
+    def busy_at_start(self) -> None:
+        """Every worker frozen, no block run yet, and the device still busy: a limit calibrated now
+        would hide the very thing the probe looks for, so nothing is measured."""
+        assert self.probe is not None
+        foreign = self.foreign_contexts()
+        raise SupervisorError(
+            busy_at_start_code(foreign),
+            f"the device stayed busy with every worker frozen before the first block (idle probe median "
+            f"{self.probe.calibration['p50_ns']} ns over {CALIBRATION_TRIES} tries, an idle device's is "
+            f"under {IDLE_PROBE_CEILING_NS} ns; other processes' contexts: {foreign}): "
+            + (
+                "work a subject started when it was loaded outlives it"
+                if foreign == 0
+                else "another process is using the device"
+            ),
+        )
+
+    def foreign_contexts(self) -> int | None:
+        """Compute contexts on the device other than this stage's own (the supervisor's, one per worker)."""
+        ctx = self.clocks.contexts()
+        return None if ctx is None else max(0, ctx - 1 - len(self.workers))
 
     def activate(self, subject: str) -> dict[str, int]:
         assert self.ctl is not None
@@ -538,6 +574,11 @@ class Supervisor:
             )
         self.freeze_all()
         self.drop_old_copies(w, None)
+        # The warm-up ended in a synchronise: a busy device now is work of the subject's that outlives it
+        if self.probe is not None and self.probe.busy():
+            self.note_left_running(
+                self.per.setdefault((w.slot.subject, case), SeriesState()), f"{w.slot.subject}/{case}"
+            )
 
     def timed(self, item: ScheduleItem) -> None:
         """One timed block, then the output check or release, each while only this worker runs."""
@@ -601,7 +642,7 @@ class Supervisor:
         st.foreign_ctx.append(None if ctx is None else max(0, ctx - 1 - len(self.workers)))
         st.throttle.append(thr)
         if after:
-            self.note_left_running(st, item)
+            self.note_left_running(st, f"{item.subject}/{item.case}")
         laps.lap("freeze and record")
         self.release(w, st, item, value, seed, u1)
         if inputs_dir is not None:
@@ -629,25 +670,23 @@ class Supervisor:
         if watch.busy and not st.void[-1]:
             st.void[-1] = f"during the fetch or release after the window: {watch.busy}"
         if watch.busy:
-            self.note_left_running(st, item)
+            self.note_left_running(st, f"{item.subject}/{item.case}")
         st.post.append(max(0, u3.get(item.subject, 0) - u1.get(item.subject, 0)))
         st.post_kind.append("fetch" if checked else "drop")
 
-    def note_left_running(self, st: SeriesState, item: ScheduleItem) -> None:
+    def note_left_running(self, st: SeriesState, where: str) -> None:
         """The device was found busy with this subject just frozen: confirm, count, and end the stage
-        once `left_running` holds (an integrity violation: the subject's work outlives its windows)."""
+        once `left_running` holds (an integrity violation: the subject's work outlives its commands)."""
         assert self.probe is not None
         why = self.probe.still_busy()
         if not why:
             return
         st.left_running += 1
-        ctx = st.foreign_ctx[-1] if st.foreign_ctx else None
-        if left_running(st.left_running, ctx):
+        if left_running(st.left_running, self.foreign_contexts()):
             raise SupervisorError(
                 "integrity_violation",
-                f"{item.subject}/{item.case}: the device stayed busy with the subject frozen after "
-                f"{st.left_running} of its blocks ({why}), and no other process held a context: "
-                "its work outlives its windows",
+                f"{where}: the device stayed busy with the subject frozen after {st.left_running} of its "
+                f"commands ({why}), and no other process held a context: its work outlives them",
             )
 
     def untimed_call(self, w: WorkerConn, cmd: Fetch | Drop, watch: GpuWatch) -> Reply:

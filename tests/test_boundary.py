@@ -15,6 +15,8 @@ import pytest
 
 from cko_perf.operations import codec
 from cko_perf.operations.integrity import (
+    busy_at_start_code,
+    calibration_busy,
     check_bracket,
     check_post_cpu,
     check_staging,
@@ -74,6 +76,18 @@ def test_work_left_running_ends_the_stage_only_when_confirmed_and_unexplained() 
     assert not left_running(2, 0)  # under the count: each block is only void
     assert not left_running(9, 1)  # another tenant's context explains a busy device
     assert not left_running(9, None)  # NVML could not count contexts: no accusation
+
+
+def test_a_probe_calibrated_beside_running_work_is_refused_and_blamed_only_without_a_tenant() -> None:
+    # the H200's figures (tests/gpu/README.md, 2026-12-03): an idle device's median, a frozen context
+    # beside it, and a probe beside another context's running kernel
+    assert not calibration_busy(21_000) and not calibration_busy(23_000)
+    assert calibration_busy(779_000)
+    # the limit a busy calibration would set (4 x p98 + 0.3 ms) is above the busy probe it must see
+    assert 4 * 787_000 + 300_000 > 779_000
+    assert busy_at_start_code(0) == "integrity_violation"  # only the stage's own contexts: a subject's work
+    assert busy_at_start_code(1) == "device_busy"  # another process: nothing measured, nobody blamed
+    assert busy_at_start_code(None) == "device_busy"
 
 
 # -- codec -------------------------------------------------------------------------------------

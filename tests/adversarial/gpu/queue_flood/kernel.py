@@ -2,8 +2,9 @@
 kernels (torch.cuda._sleep) on a side stream of its own context.
 
 Freezing the worker stops its CPU, not the kernels it already queued: they keep running while the
-other subject is timed, time-slicing the device against it. The supervisor probes the device before
-every window and during every untimed command: a busy device voids the block."""
+other subject is timed, time-slicing the device against it. The flood starts when the module loads, so
+the device is already busy when the supervisor calibrates its idle probe with every worker frozen: a
+limit taken then would hide it, and the stage ends there (queue_flood_late starts it later)."""
 
 import threading
 
