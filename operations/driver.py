@@ -41,6 +41,7 @@ import threading
 import time
 import types
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from .protocol import (
     Accuracy,
     DriverRequest,
     DriverResult,
+    ScheduleItem,
     Series,
 )
 from .timing import TIMERS, SmClock, choose  # noqa: F401  (TIMERS: part of the helper's surface)
@@ -307,6 +309,195 @@ def environment() -> dict[str, str]:
     return env
 
 
+@dataclass
+class _Tally:
+    """One subject's samples and checks on one case, in the harness-trusted path."""
+
+    samples: dict[str, list[float]]
+    reps: list[int] = field(default_factory=list)
+    wall: list[int] = field(default_factory=list)
+    sm: list[list[int | None]] = field(default_factory=list)
+    stream: list[int] = field(default_factory=list)
+    checks: int = 0
+    checked: list[int] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
+    worst_rel: float = 0.0
+    worst_abs: float = 0.0
+    passed: bool = True
+    detail: str = ""
+
+
+class _Watch:
+    """What the subjects may not change in this process: the backend's guarded functions, the
+    harness's modules, the thread and child counts. Each change is reported once."""
+
+    def __init__(self, backend: _Backend) -> None:
+        self.backend = backend
+        self.guarded = backend.guarded()
+        self.threads0 = threading.active_count()
+        self.kids0 = _children()
+        self.modules0 = module_snapshot()
+        self.reported: set[str] = set()
+        self.integrity: list[str] = []
+
+    def _once(self, name: str, message: str) -> None:
+        if name not in self.reported:
+            self.reported.add(name)
+            self.integrity.append(message)
+
+    def check(self, where: str) -> None:
+        now = self.backend.guarded()
+        for name, fn in self.guarded.items():
+            if now.get(name) is not fn:
+                self._once(name, f"{where}: {name} was replaced during the run")
+        for name in snapshot_changes(self.modules0, module_snapshot()):
+            self._once(
+                name, f"{where}: {name} was replaced (the harness's functions are not the subject's to patch)"
+            )
+        if threading.active_count() > self.threads0:
+            self.integrity.append(
+                f"{where}: {threading.active_count() - self.threads0} thread(s) left running after the run"
+            )
+        if _children() - self.kids0:
+            self.integrity.append(f"{where}: child process(es) left running after the run")
+
+
+class _InProcess:
+    """The harness-trusted path: every subject loaded into this process, timed in schedule order."""
+
+    def __init__(
+        self,
+        req: DriverRequest,
+        make_inputs: Callable[..., Any],
+        run: Callable[[Any, Any], Any],
+        reference: Callable[[Any, Any], Any],
+        load: Callable[[str, str, str], Any],
+        extra: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]],
+        timer: str,
+    ) -> None:
+        self.req, self.make_inputs, self.run, self.reference = req, make_inputs, run, reference
+        self.load, self.extra = load, extra
+        self.units = _units(req, extra)
+        self.backend = _backend(req.device, timer)
+        self.clocks = SmClock(req.device)
+        self.watch = _Watch(self.backend)
+        self.cases = {c.id: c for c in req.cases}
+        self.case_index = {c.id: i for i, c in enumerate(req.cases)}
+        self.subjects = {s.id: s for s in req.subjects}
+        self.impls: dict[str, Any] = {}
+        self.per: dict[tuple[str, str], _Tally] = {}
+
+    def inputs(self, case: str, rep: int, warm: bool = False) -> tuple[Any, int]:
+        seed = input_seed(self.req.seed, self.case_index[case], rep, warm)
+        value = self.make_inputs(self.cases[case].params, np.random.default_rng(seed), self.req.device)
+        poison(value)
+        return value, seed
+
+    def impl(self, subject: str) -> Any:
+        if subject not in self.impls:
+            s = self.subjects[subject]
+            self.impls[subject] = self.load(s.id, s.path, self.req.entry)
+            self.watch.check(f"load {s.id}")
+        return self.impls[subject]
+
+    def tally(self, item: ScheduleItem, impl: Any) -> _Tally:
+        """The subject's tally on this case; its warm-up runs (untimed) when it is first made."""
+        key = (item.subject, item.case)
+        if key not in self.per:
+            self.per[key] = _Tally(samples={m.name: [] for m in self.req.metrics})
+            for w in range(self.req.warmup):
+                self.run(impl, self.inputs(item.case, w, warm=True)[0])
+                self.backend.sync()
+        return self.per[key]
+
+    def timed(self, item: ScheduleItem) -> None:
+        impl = self.impl(item.subject)
+        st = self.tally(item, impl)
+        inputs, seed = self.inputs(item.case, item.rep)
+        self.backend.sync()
+        sm0 = self.clocks.sm()
+        out, t_ns, wall_ns, stream_ns = self.backend.time(functools.partial(self.run, impl, inputs))
+        sm1 = self.clocks.sm()
+        where = f"{item.subject}/{item.case}/rep {item.rep}"
+        self.watch.check(where)
+        if t_ns > wall_ns * 1.05 + 20_000 or (wall_ns > 1_000_000 and t_ns < 0.5 * wall_ns - 200_000):
+            self.watch.integrity.append(
+                f"{where}: event time {t_ns} ns and wall clock {wall_ns} ns of the same window disagree"
+            )
+        st.reps.append(item.rep)
+        st.wall.append(int(wall_ns))
+        if stream_ns is not None:
+            st.stream.append(stream_ns)
+        st.sm.append([sm0, sm1])
+        params = self.cases[item.case].params
+        for m in self.req.metrics:
+            if m.name in self.extra:
+                st.samples[m.name].append(float(self.extra[m.name][1](params, max(t_ns, 1))))
+            else:
+                st.samples[m.name].append(max(t_ns, 1) / UNIT_SCALE_TO_NS[m.unit])
+        self.maybe_check(st, item, out, inputs, seed)
+
+    def maybe_check(self, st: _Tally, item: ScheduleItem, out: Any, inputs: Any, seed: int) -> None:
+        """Check this timed output? Decided only now, after the run returned, so it can't be predicted."""
+        acc = self.req.accuracy
+        if not (
+            st.checks == 0
+            or self.req.mode == "smoke"
+            or secrets.randbelow(1_000_000) < acc.check_fraction * 1_000_000
+        ):
+            return
+        rel, mx, detail = compare(out, self.reference(self.cases[item.case].params, inputs))
+        st.checks += 1
+        st.checked.append(item.rep)
+        st.seeds.append(seed)
+        st.worst_rel = max(st.worst_rel, rel)
+        st.worst_abs = max(st.worst_abs, mx)
+        ok = rel <= acc.rel_l2 and (acc.max_abs is None or mx <= acc.max_abs)
+        if not ok and st.passed:
+            st.passed = False
+            st.detail = detail or (
+                f"rep {item.rep}: rel_l2 {rel:.3g} (tol {acc.rel_l2:g}), max_abs {mx:.3g} (tol {acc.max_abs})"
+            )
+
+    def result(self) -> DriverResult:
+        def fin(x: float) -> float | None:
+            return x if np.isfinite(x) else None
+
+        acc = self.req.accuracy
+        tol = {"rel_l2": acc.rel_l2, "max_abs": acc.max_abs}
+        series = [
+            Series(
+                subject=subject,
+                case=case_id,
+                reps=st.reps,
+                samples=st.samples,
+                wall_ns=st.wall,
+                sm_mhz=st.sm,
+                stream_ns=st.stream,
+                accuracy=Accuracy(
+                    passed=st.passed,
+                    checks=st.checks,
+                    checked_reps=st.checked,
+                    worst_rel_l2=fin(st.worst_rel),
+                    worst_max_abs=fin(st.worst_abs),
+                    tolerance=tol,
+                    detail=st.detail,
+                    input_seeds=st.seeds,
+                ),
+            )
+            for (subject, case_id), st in self.per.items()
+        ]
+        return DriverResult(
+            protocol=self.req.protocol,
+            mode=self.req.mode,
+            series=series,
+            environment=environment(),
+            units=self.units,
+            integrity=self.watch.integrity,
+            timing=self.backend.name,
+        )
+
+
 def drive(
     req: DriverRequest,
     make_inputs: Callable[..., Any],
@@ -317,169 +508,10 @@ def drive(
     timer: str = "auto",
 ) -> DriverResult:
     """Follow the request's schedule and return the result (no I/O: `main` does that)."""
-    backend = _backend(req.device, timer)
-    clocks = SmClock(req.device)
-    loader = load or load_subject
-    impls: dict[str, Any] = {}
-    guarded = backend.guarded()
-    cases = {c.id: c for c in req.cases}
-    case_index = {c.id: i for i, c in enumerate(req.cases)}
-    subjects = {s.id: s for s in req.subjects}
-    extra = extra_metrics or {}
-    integrity: list[str] = []
-    units: dict[str, str] = {}
-    for m in req.metrics:
-        if m.unit in UNIT_SCALE_TO_NS and m.name not in extra:
-            units[m.name] = m.unit
-        elif m.name in extra:
-            units[m.name] = extra[m.name][0]
-        else:
-            raise ValueError(
-                f"metric {m.name!r} ({m.unit}) is not a time metric and no extra_metrics function gives it"
-            )
-    per: dict[tuple[str, str], dict[str, Any]] = {}
-    warmed: set[tuple[str, str]] = set()
-    tol = {"rel_l2": req.accuracy.rel_l2, "max_abs": req.accuracy.max_abs}
-    threads0 = threading.active_count()
-    kids0 = _children()
-    modules0 = module_snapshot()
-    reported: set[str] = set()
-
-    def check_integrity(where: str) -> None:
-        now = backend.guarded()
-        for name, fn in guarded.items():
-            if now.get(name) is not fn and name not in reported:
-                reported.add(name)
-                integrity.append(f"{where}: {name} was replaced during the run")
-        for name in snapshot_changes(modules0, module_snapshot()):
-            if name not in reported:
-                reported.add(name)
-                integrity.append(
-                    f"{where}: {name} was replaced (the harness's functions are not the subject's to patch)"
-                )
-        if threading.active_count() > threads0:
-            integrity.append(
-                f"{where}: {threading.active_count() - threads0} thread(s) left running after the run"
-            )
-        if _children() - kids0:
-            integrity.append(f"{where}: child process(es) left running after the run")
-
+    path = _InProcess(req, make_inputs, run, reference, load or load_subject, extra_metrics or {}, timer)
     for item in req.schedule:
-        key = (item.subject, item.case)
-        case = cases[item.case]
-        if item.subject not in impls:
-            s = subjects[item.subject]
-            impls[item.subject] = loader(s.id, s.path, req.entry)
-            check_integrity(f"load {s.id}")
-        impl = impls[item.subject]
-        st = per.setdefault(
-            key,
-            {
-                "reps": [],
-                "samples": {m.name: [] for m in req.metrics},
-                "wall": [],
-                "sm": [],
-                "stream": [],
-                "checks": 0,
-                "checked": [],
-                "seeds": [],
-                "worst_rel": 0.0,
-                "worst_abs": 0.0,
-                "passed": True,
-                "detail": "",
-            },
-        )
-        if key not in warmed:
-            for w in range(req.warmup):
-                wi = make_inputs(
-                    case.params,
-                    np.random.default_rng(input_seed(req.seed, case_index[item.case], w, True)),
-                    req.device,
-                )
-                poison(wi)
-                run(impl, wi)
-                backend.sync()
-            warmed.add(key)
-        seed = input_seed(req.seed, case_index[item.case], item.rep)
-        inputs = make_inputs(case.params, np.random.default_rng(seed), req.device)
-        poison(inputs)
-        backend.sync()
-        sm0 = clocks.sm()
-        out, t_ns, wall_ns, stream_ns = backend.time(functools.partial(run, impl, inputs))
-        sm1 = clocks.sm()
-        check_integrity(f"{item.subject}/{item.case}/rep {item.rep}")
-        if t_ns > wall_ns * 1.05 + 20_000 or (wall_ns > 1_000_000 and t_ns < 0.5 * wall_ns - 200_000):
-            integrity.append(
-                f"{item.subject}/{item.case}/rep {item.rep}: event time {t_ns} ns and wall clock "
-                f"{wall_ns} ns of the same window disagree"
-            )
-        st["reps"].append(item.rep)
-        st["wall"].append(int(wall_ns))
-        if stream_ns is not None:
-            st["stream"].append(stream_ns)
-        st["sm"].append([sm0, sm1])
-        for m in req.metrics:
-            if m.name in extra:
-                st["samples"][m.name].append(float(extra[m.name][1](case.params, max(t_ns, 1))))
-            else:
-                st["samples"][m.name].append(max(t_ns, 1) / UNIT_SCALE_TO_NS[m.unit])
-        # Check this timed output? Decided only now, after the run returned, so it can't be predicted.
-        first = st["checks"] == 0
-        if (
-            first
-            or req.mode == "smoke"
-            or secrets.randbelow(1_000_000) < req.accuracy.check_fraction * 1_000_000
-        ):
-            rel, mx, detail = compare(out, reference(case.params, inputs))
-            st["checks"] += 1
-            st["checked"].append(item.rep)
-            st["seeds"].append(seed)
-            st["worst_rel"] = max(st["worst_rel"], rel)
-            st["worst_abs"] = max(st["worst_abs"], mx)
-            ok = rel <= req.accuracy.rel_l2 and (req.accuracy.max_abs is None or mx <= req.accuracy.max_abs)
-            if not ok and st["passed"]:
-                st["passed"] = False
-                st["detail"] = detail or (
-                    f"rep {item.rep}: rel_l2 {rel:.3g} (tol {req.accuracy.rel_l2:g}), "
-                    f"max_abs {mx:.3g} (tol {req.accuracy.max_abs})"
-                )
-        del out, inputs
-    series = []
-    for (subject, case_id), st in per.items():
-
-        def fin(x: float) -> float | None:
-            return x if np.isfinite(x) else None
-
-        series.append(
-            Series(
-                subject=subject,
-                case=case_id,
-                reps=st["reps"],
-                samples=st["samples"],
-                wall_ns=st["wall"],
-                sm_mhz=st["sm"],
-                stream_ns=st["stream"],
-                accuracy=Accuracy(
-                    passed=st["passed"],
-                    checks=st["checks"],
-                    checked_reps=st["checked"],
-                    worst_rel_l2=fin(st["worst_rel"]),
-                    worst_max_abs=fin(st["worst_abs"]),
-                    tolerance=tol,
-                    detail=st["detail"],
-                    input_seeds=st["seeds"],
-                ),
-            )
-        )
-    return DriverResult(
-        protocol=req.protocol,
-        mode=req.mode,
-        series=series,
-        environment=environment(),
-        units=units,
-        integrity=integrity,
-        timing=backend.name,
-    )
+        path.timed(item)
+    return path.result()
 
 
 def _units(

@@ -137,17 +137,21 @@ def test_codec_refuses_a_torch_dtype_numpy_has_no_name_for(tmp_path: Path) -> No
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "int64", "bool", "float8_e4m3fn"])
 def test_codec_writes_a_device_tensor_straight_into_the_file(tmp_path: Path, dtype: str) -> None:
-    """The worker's Fetch: a CUDA tensor (strided, of each kind) copied into the `.npy` file's pages,
-    read back by the supervisor's decoder bit for bit."""
+    """The worker's Fetch: CUDA tensors (strided, of each kind, one past the page-locked stage's first
+    size, several through the one reused stage) written as `.npy`, read back by the supervisor's
+    decoder bit for bit."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     base = torch.randn(64, 96, device="cuda") * 4
     t = (base > 0 if dtype == "bool" else base.to(getattr(torch, dtype))).t()  # a transposed view
-    codec.encode({"t": t, "empty": t[:0]}, tmp_path, host_only=True)
+    big = torch.randn(1024, 1100, device="cuda")  # past the staging buffer's first size: it grows
+    codec.encode({"t": t, "empty": t[:0], "big": big, "again": t + 1}, tmp_path, host_only=True)
     back = codec.decode(tmp_path, max_bytes=1 << 24, device_ok=True)
     assert back["t"].device.type == "cpu" and back["t"].dtype == t.dtype and back["t"].shape == t.shape
     assert torch.equal(back["t"].view(torch.uint8), t.cpu().contiguous().view(torch.uint8))
+    assert torch.equal(back["again"].view(torch.uint8), (t + 1).cpu().contiguous().view(torch.uint8))
+    assert torch.equal(back["big"], big.cpu())
     assert back["empty"].shape == t[:0].shape
 
 

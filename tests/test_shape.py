@@ -31,7 +31,6 @@ LONG: dict[str, str] = {
     "operations/evidence/torch_trace.py:scan_events": _PARSER + " (the msgspec path)",
     "operations/evidence/sass.py:parse_ptxas": _PARSER,
     "operations/evidence/trace_native.py:__init__": "binds the C scanner's symbols and their ctypes signatures",
-    "operations/driver.py:drive": "the hand-written drivers' helper, kept as it was for harness_trusted runs",
     "operations/driver.py:main": "argument parsing of the helper's command line",
     "operations/supervisor.py:timed": "the timed window: freeze, bracket, run, fetch, thaw in one visible order",
     "operations/stats.py:sequential_compare": "the sequential test's looks, in the order the plan declares",
