@@ -35,7 +35,6 @@ import gc
 import importlib.util
 import json
 import os
-import secrets
 import sys
 import threading
 import time
@@ -47,10 +46,10 @@ from typing import Any
 
 import numpy as np
 
+from .checktally import CheckTally
 from .compare import compare, poison, to_numpy  # noqa: F401  (re-exported for drivers)
 from .protocol import (
     UNIT_SCALE_TO_NS,
-    Accuracy,
     DriverRequest,
     DriverResult,
     ScheduleItem,
@@ -318,13 +317,7 @@ class _Tally:
     wall: list[int] = field(default_factory=list)
     sm: list[list[int | None]] = field(default_factory=list)
     stream: list[int] = field(default_factory=list)
-    checks: int = 0
-    checked: list[int] = field(default_factory=list)
-    seeds: list[int] = field(default_factory=list)
-    worst_rel: float = 0.0
-    worst_abs: float = 0.0
-    passed: bool = True
-    detail: str = ""
+    check: CheckTally = field(default_factory=CheckTally)
 
 
 class _Watch:
@@ -438,33 +431,12 @@ class _InProcess:
         self.maybe_check(st, item, out, inputs, seed)
 
     def maybe_check(self, st: _Tally, item: ScheduleItem, out: Any, inputs: Any, seed: int) -> None:
-        """Check this timed output? Decided only now, after the run returned, so it can't be predicted."""
-        acc = self.req.accuracy
-        if not (
-            st.checks == 0
-            or self.req.mode == "smoke"
-            or secrets.randbelow(1_000_000) < acc.check_fraction * 1_000_000
-        ):
-            return
-        rel, mx, detail = compare(out, self.reference(self.cases[item.case].params, inputs))
-        st.checks += 1
-        st.checked.append(item.rep)
-        st.seeds.append(seed)
-        st.worst_rel = max(st.worst_rel, rel)
-        st.worst_abs = max(st.worst_abs, mx)
-        ok = rel <= acc.rel_l2 and (acc.max_abs is None or mx <= acc.max_abs)
-        if not ok and st.passed:
-            st.passed = False
-            st.detail = detail or (
-                f"rep {item.rep}: rel_l2 {rel:.3g} (tol {acc.rel_l2:g}), max_abs {mx:.3g} (tol {acc.max_abs})"
-            )
+        rule = self.req.accuracy
+        if st.check.due(rule, self.req.mode == "smoke"):
+            rel, mx, detail = compare(out, self.reference(self.cases[item.case].params, inputs))
+            st.check.add(rule, item.rep, seed, rel, mx, detail)
 
     def result(self) -> DriverResult:
-        def fin(x: float) -> float | None:
-            return x if np.isfinite(x) else None
-
-        acc = self.req.accuracy
-        tol = {"rel_l2": acc.rel_l2, "max_abs": acc.max_abs}
         series = [
             Series(
                 subject=subject,
@@ -474,16 +446,7 @@ class _InProcess:
                 wall_ns=st.wall,
                 sm_mhz=st.sm,
                 stream_ns=st.stream,
-                accuracy=Accuracy(
-                    passed=st.passed,
-                    checks=st.checks,
-                    checked_reps=st.checked,
-                    worst_rel_l2=fin(st.worst_rel),
-                    worst_max_abs=fin(st.worst_abs),
-                    tolerance=tol,
-                    detail=st.detail,
-                    input_seeds=st.seeds,
-                ),
+                accuracy=st.check.record(self.req.accuracy),
             )
             for (subject, case_id), st in self.per.items()
         ]

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import codec
+from .checktally import CheckTally
 from .compare import compare, poison
 from .integrity import (
     BAD_THROTTLE,
@@ -48,7 +49,6 @@ from .integrity import (
 )
 from .protocol import (
     UNIT_SCALE_TO_NS,
-    Accuracy,
     DriverRequest,
     DriverResult,
     ScheduleItem,
@@ -387,13 +387,7 @@ class SeriesState:
     foreign_ctx: list[int | None] = field(default_factory=list)
     throttle: list[list[str] | None] = field(default_factory=list)
     left_running: int = 0  # commands after which the device stayed busy with this subject frozen
-    checks: int = 0
-    checked: list[int] = field(default_factory=list)
-    seeds: list[int] = field(default_factory=list)
-    worst_rel: float = 0.0
-    worst_abs: float = 0.0
-    passed: bool = True
-    detail: str = ""
+    check: CheckTally = field(default_factory=CheckTally)
 
 
 class Supervisor:
@@ -760,9 +754,7 @@ class Supervisor:
         watch: GpuWatch,
     ) -> bool:
         """Check this run's output? Decided only now, after the run returned, so it cannot be predicted."""
-        first = st.checks == 0
-        frac = self.req.accuracy.check_fraction
-        if not (first or self.req.mode == "smoke" or secrets.randbelow(1_000_000) < frac * 1_000_000):
+        if not st.check.due(self.req.accuracy, self.req.mode == "smoke"):
             return False
         key = (item.case, item.rep)
         self.laps.lap("check or drop")
@@ -791,18 +783,7 @@ class Supervisor:
             rel, mx, detail = float("inf"), float("inf"), f"output refused: {exc}"
         shutil.rmtree(out_dir, ignore_errors=True)
         self.laps.lap("check: compare")
-        st.checks += 1
-        st.checked.append(item.rep)
-        st.seeds.append(seed)
-        st.worst_rel = max(st.worst_rel, rel)
-        st.worst_abs = max(st.worst_abs, mx)
-        acc = self.req.accuracy
-        ok = rel <= acc.rel_l2 and (acc.max_abs is None or mx <= acc.max_abs)
-        if not ok and st.passed:
-            st.passed = False
-            st.detail = detail or (
-                f"rep {item.rep}: rel_l2 {rel:.3g} (tol {acc.rel_l2:g}), max_abs {mx:.3g} (tol {acc.max_abs})"
-            )
+        st.check.add(self.req.accuracy, item.rep, seed, rel, mx, detail)
         return True
 
     def forget(self, item: ScheduleItem) -> None:
@@ -858,7 +839,6 @@ class Supervisor:
 
     def series(self) -> list[Series]:
         out = []
-        tol = {"rel_l2": self.req.accuracy.rel_l2, "max_abs": self.req.accuracy.max_abs}
         for (subject, case_id), st in self.per.items():
             params = self.cases[case_id].params
             samples: dict[str, list[float]] = {}
@@ -867,16 +847,7 @@ class Supervisor:
                     samples[m.name] = [float(self.extra[m.name][1](params, t)) for t in st.per_run_ns]
                 else:
                     samples[m.name] = [t / UNIT_SCALE_TO_NS[m.unit] for t in st.per_run_ns]
-            acc = Accuracy(
-                passed=st.passed,
-                checks=st.checks,
-                checked_reps=st.checked,
-                worst_rel_l2=st.worst_rel if np.isfinite(st.worst_rel) else None,
-                worst_max_abs=st.worst_abs if np.isfinite(st.worst_abs) else None,
-                tolerance=tol,
-                detail=st.detail,
-                input_seeds=st.seeds,
-            )
+            acc = st.check.record(self.req.accuracy)
             out.append(
                 Series(
                     subject=subject,

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from cko_perf.operations import codec
+from cko_perf.operations.checktally import CheckTally
 from cko_perf.operations.integrity import (
     busy_at_start_code,
     calibration_busy,
@@ -23,6 +24,7 @@ from cko_perf.operations.integrity import (
     left_running,
     systematic_disagreement,
 )
+from cko_perf.operations.protocol import AccuracyRule
 
 MS = 1_000_000
 
@@ -88,6 +90,26 @@ def test_a_probe_calibrated_beside_running_work_is_refused_and_blamed_only_witho
     assert busy_at_start_code(0) == "integrity_violation"  # only the stage's own contexts: a subject's work
     assert busy_at_start_code(1) == "device_busy"  # another process: nothing measured, nobody blamed
     assert busy_at_start_code(None) == "device_busy"
+
+
+def test_the_accuracy_gate_keeps_the_first_failure_and_the_worst_errors() -> None:
+    rule = AccuracyRule(rel_l2=1e-3, max_abs=0.5, check_fraction=0.01)
+    t = CheckTally()
+    assert t.due(rule, smoke=False)  # a series' first block is always checked
+    t.add(rule, rep=0, seed=11, rel=2e-4, mx=0.1, detail="")
+    assert sum(t.due(rule, smoke=False) for _ in range(2000)) < 200  # then at random, ~1 in 100
+    assert t.due(rule, smoke=True)
+    t.add(rule, rep=3, seed=12, rel=5e-4, mx=0.7, detail="")  # max_abs over its tolerance
+    t.add(rule, rep=5, seed=13, rel=float("inf"), mx=float("nan"), detail="output refused: dtype")
+    rec = t.record(rule)
+    assert not rec.passed and rec.checks == 3 and rec.checked_reps == [0, 3, 5]
+    assert rec.input_seeds == [11, 12, 13]
+    assert rec.detail.startswith("rep 3: rel_l2 0.0005") and "max_abs 0.7" in rec.detail
+    assert rec.worst_rel_l2 is None  # infinite: not a number a record can carry
+    assert rec.tolerance == {"rel_l2": 1e-3, "max_abs": 0.5}
+    ok = CheckTally()
+    ok.add(rule, rep=0, seed=1, rel=1e-3, mx=0.5, detail="")  # on the tolerance passes
+    assert ok.record(rule).passed and ok.record(rule).worst_rel_l2 == 1e-3
 
 
 # -- codec -------------------------------------------------------------------------------------
