@@ -30,6 +30,12 @@ POST_SLACK_REL = 1.0
 # flood of queued work costs the stage (each of the worker's own synchronises waits the whole flood).
 LEFT_RUNNING_PROBES = 3
 LEFT_RUNNING_BLOCKS = 3
+# ...or once, where it keeps the device busy this long without a break, every probe slow, with every
+# worker frozen: each of a worker's commands ends in a whole-device synchronise and a frozen process
+# launches nothing, so seconds of it are queued work that outlives its command, not a hiccup. On the
+# H100 (2026-12-06) a flood started in the warm-up otherwise took three commands of ~25 s of backlog
+# each, 193 s of the stage, before the count above stopped it.
+LEFT_RUNNING_PERSIST_S = 2.0
 # The idle probe (a one-element add plus synchronise) on an idle H200/H100: p50 0.012-0.021 ms, p98 at
 # most 0.044 ms; beside another context's running kernel 0.78 ms (tests/gpu/README.md, 2026-12-03).
 # A calibration whose median is above this ceiling was taken beside running work, and the limit it
@@ -95,10 +101,14 @@ def check_post_cpu(post_ns: int, other_ns: int) -> str:
     return ""
 
 
-def left_running(confirmed_blocks: int, foreign_contexts: int | None) -> bool:
+def left_running(confirmed_blocks: int, foreign_contexts: int | None, busy_s: float = 0.0) -> bool:
     """Is a subject's work left running past its windows, beyond doubt? Only where NVML counted no
-    other process's context on the device (another tenant's kernels would also keep it busy)."""
-    return foreign_contexts == 0 and confirmed_blocks >= LEFT_RUNNING_BLOCKS
+    other process's context on the device (another tenant's kernels would also keep it busy): after
+    LEFT_RUNNING_BLOCKS confirmed commands, or at once where the device stayed busy, probe after
+    probe, for LEFT_RUNNING_PERSIST_S (`busy_s`) with the subject frozen."""
+    return foreign_contexts == 0 and (
+        confirmed_blocks >= LEFT_RUNNING_BLOCKS or busy_s >= LEFT_RUNNING_PERSIST_S
+    )
 
 
 def calibration_busy(p50_ns: int) -> bool:

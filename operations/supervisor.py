@@ -38,6 +38,7 @@ from .integrity import (
     CALIBRATION_PAUSE_S,
     CALIBRATION_TRIES,
     IDLE_PROBE_CEILING_NS,
+    LEFT_RUNNING_PERSIST_S,
     LEFT_RUNNING_PROBES,
     busy_at_start_code,
     calibration_busy,
@@ -245,6 +246,14 @@ class GpuProbe:
             if times[-1] <= self.limit_ns:
                 return ""
         return f"{len(times)} probes in a row took {min(times)}-{max(times)} ns (limit {self.limit_ns})"
+
+    def busy_for(self, limit_s: float) -> float:
+        """Seconds the device stays busy, probe after probe, up to `limit_s` (less: one found it idle)."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < limit_s:
+            if self.once() <= self.limit_ns:
+                break
+        return time.monotonic() - t0
 
 
 class GpuWatch:
@@ -676,11 +685,15 @@ class Supervisor:
         if not why:
             return
         st.left_running += 1
-        if left_running(st.left_running, self.foreign_contexts()):
+        foreign = self.foreign_contexts()
+        # how long it lasts is asked only where it could decide (no other tenant to explain it)
+        busy_s = self.probe.busy_for(LEFT_RUNNING_PERSIST_S) if foreign == 0 else 0.0
+        if left_running(st.left_running, foreign, busy_s):
             raise SupervisorError(
                 "integrity_violation",
                 f"{where}: the device stayed busy with the subject frozen after {st.left_running} of its "
-                f"commands ({why}), and no other process held a context: its work outlives them",
+                f"commands ({why}; then {busy_s:.1f} s without a break), and no other process held a "
+                "context: its work outlives them",
             )
 
     def untimed_call(self, w: WorkerConn, cmd: Fetch | Drop, watch: GpuWatch) -> Reply:

@@ -78,6 +78,9 @@ def test_work_left_running_ends_the_stage_only_when_confirmed_and_unexplained() 
     assert not left_running(2, 0)  # under the count: each block is only void
     assert not left_running(9, 1)  # another tenant's context explains a busy device
     assert not left_running(9, None)  # NVML could not count contexts: no accusation
+    assert left_running(1, 0, busy_s=2.0)  # once, busy for seconds without a break: queued work
+    assert not left_running(1, 0, busy_s=0.05)  # a short tail: only counted
+    assert not left_running(1, 1, busy_s=60.0)  # another tenant could be what keeps it busy
 
 
 def test_a_probe_calibrated_beside_running_work_is_refused_and_blamed_only_without_a_tenant() -> None:
@@ -166,13 +169,13 @@ def test_codec_writes_a_device_tensor_straight_into_the_file(tmp_path: Path, dty
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     base = torch.randn(64, 96, device="cuda") * 4
-    t = (base > 0 if dtype == "bool" else base.to(getattr(torch, dtype))).t()  # a transposed view
+    t, again = ((b > 0 if dtype == "bool" else b.to(getattr(torch, dtype))).t() for b in (base, -base))
     big = torch.randn(1024, 1100, device="cuda")  # past the staging buffer's first size: it grows
-    codec.encode({"t": t, "empty": t[:0], "big": big, "again": t + 1}, tmp_path, host_only=True)
+    codec.encode({"t": t, "empty": t[:0], "big": big, "again": again}, tmp_path, host_only=True)
     back = codec.decode(tmp_path, max_bytes=1 << 24, device_ok=True)
     assert back["t"].device.type == "cpu" and back["t"].dtype == t.dtype and back["t"].shape == t.shape
     assert torch.equal(back["t"].view(torch.uint8), t.cpu().contiguous().view(torch.uint8))
-    assert torch.equal(back["again"].view(torch.uint8), (t + 1).cpu().contiguous().view(torch.uint8))
+    assert torch.equal(back["again"].view(torch.uint8), again.cpu().contiguous().view(torch.uint8))
     assert torch.equal(back["big"], big.cpu())
     assert back["empty"].shape == t[:0].shape
 
