@@ -655,17 +655,24 @@ class Supervisor:
     def release(
         self, w: WorkerConn, st: SeriesState, item: ScheduleItem, value: Any, seed: int, u1: dict[str, int]
     ) -> None:
-        """After a window: the output checked (fetched) or dropped, in an untimed command of its own.
+        """After a window: the output fetched for a check or dropped, in an untimed command of its own.
 
-        The worker's CPU time in it is measured (work a subject deferred past its window would have
-        to run here, see pair_checks), and the device is probed while it runs and once it is frozen."""
+        The worker is thawed for that command only: the reference is made before it and the output is
+        read and compared after the worker is frozen again, so nothing of the subject's runs beside
+        the supervisor's own work and the file it reads cannot change under it. The worker's CPU time
+        in the command is measured (work a subject deferred past its window would have to run here,
+        see pair_checks), and the device is probed while it runs and once it is frozen."""
+        checking, expected = self.reference_if_due(st, item, value)
+        out_dir = self.fresh_out_dir(w) if checking else None
         self.activate(item.subject)
         self.laps.lap("thaw after the window")
         watch = GpuWatch(self.probe)
-        checked = self.maybe_check(w, st, item, value, seed, watch)
-        if not checked:
-            self.untimed_call(w, Drop(), watch)
-        self.laps.lap("check or drop")
+        if out_dir is not None:
+            reply = self.untimed_call(w, Fetch(out=str(out_dir)), watch)
+            self.laps.lap("check: fetch")
+        else:
+            reply = self.untimed_call(w, Drop(), watch)
+            self.laps.lap("check or drop")
         u3 = self.freeze_all()
         # Once more now that it is frozen: a Drop answers in ~0.2 ms, so a thread of the subject's that
         # launched work just after the reply (and before the freeze) could otherwise go unseen.
@@ -675,7 +682,15 @@ class Supervisor:
         if watch.busy:
             self.note_left_running(st, f"{item.subject}/{item.case}")
         st.post.append(max(0, u3.get(item.subject, 0) - u1.get(item.subject, 0)))
-        st.post_kind.append("fetch" if checked else "drop")
+        st.post_kind.append("fetch" if checking else "drop")
+        self.laps.lap("freeze after the release")
+        if out_dir is not None:
+            if not reply.ok:
+                raise SupervisorError(
+                    "subject_failed",
+                    f"subject {item.subject}: output could not be passed back: {reply.error}",
+                )
+            self.check_output(st, item, seed, out_dir, expected)
 
     def note_left_running(self, st: SeriesState, where: str) -> None:
         """The device was found busy with this subject just frozen: confirm, count, and end the stage
@@ -757,35 +772,31 @@ class Supervisor:
         st.void.append(void)
         st.sm.append(sm)
 
-    def maybe_check(
-        self,
-        w: WorkerConn,
-        st: SeriesState,
-        item: ScheduleItem,
-        value: Any,
-        seed: int,
-        watch: GpuWatch,
-    ) -> bool:
-        """Check this run's output? Decided only now, after the run returned, so it cannot be predicted."""
+    def reference_if_due(self, st: SeriesState, item: ScheduleItem, value: Any) -> tuple[bool, Any]:
+        """Check this block's output? Decided only now, after the run returned, so it cannot be
+        predicted; the reference is made here, while every worker is frozen."""
         if not st.check.due(self.req.accuracy, self.req.mode == "smoke"):
-            return False
+            return False, None
         key = (item.case, item.rep)
-        self.laps.lap("check or drop")
         if key not in self.expected:
             self.expected[key] = self.reference(self.cases[item.case].params, value)
-        expected = self.expected[key]
         self.laps.lap("check: reference")
+        return True, self.expected[key]
+
+    def fresh_out_dir(self, w: WorkerConn) -> Path:
+        """An empty directory the worker's group may write its output into."""
         out_dir = w.out_dir / f"o{w.serial:06d}"
         shutil.rmtree(out_dir, ignore_errors=True)
         out_dir.mkdir(mode=0o770)
         os.chown(out_dir, -1, w.slot.gid)
         os.chmod(out_dir, 0o770)
-        reply = self.untimed_call(w, Fetch(out=str(out_dir)), watch)
-        self.laps.lap("check: fetch")
-        if not reply.ok:
-            raise SupervisorError(
-                "subject_failed", f"subject {item.subject}: output could not be passed back: {reply.error}"
-            )
+        return out_dir
+
+    def check_output(
+        self, st: SeriesState, item: ScheduleItem, seed: int, out_dir: Path, expected: Any
+    ) -> None:
+        """The fetched output against the reference, read with the worker frozen (it cannot rewrite
+        the file while it is read), bounded by what the reference's size allows."""
         try:
             output = codec.decode(
                 out_dir, max_bytes=4 * max(codec.nbytes(expected), 1 << 20) + (64 << 20), device_ok=False
@@ -797,7 +808,6 @@ class Supervisor:
         shutil.rmtree(out_dir, ignore_errors=True)
         self.laps.lap("check: compare")
         st.check.add(self.req.accuracy, item.rep, seed, rel, mx, detail)
-        return True
 
     def forget(self, item: ScheduleItem) -> None:
         """Drop a rep's inputs and reference once every subject has run it."""
