@@ -51,52 +51,71 @@ def _numpy_dtype(t: Any) -> np.dtype:
         raise CodecError(f"dtype {name} cannot be passed (numbers only)") from None
 
 
+# The page-locked stage's size: a larger output crosses in pieces of it, so a worker holds at most
+# this much beside the file's own pages (its container's memory limit counts both).
+STAGE_BYTES = 64 << 20
+
+
 class _PinnedStage:
     """One page-locked host buffer per process, reused by every device tensor a worker writes out.
 
     A device-to-host copy into pageable memory goes through the driver's bounce buffers and faults in
     every fresh page of the destination; into page-locked memory it runs at the link's rate, and the
-    file is then filled by one write(2), whose page allocation happens in the kernel. For a 32 MB
-    output that was ~32 ms of each check's fetch on the H100 (the fresh file's page faults)."""
+    file is then filled by write(2), whose page allocation happens in the kernel. For a 32 MB output
+    that took a check's fetch from 21 to 10 ms on the H100 (benchmarks/fetch_copy.py)."""
 
     def __init__(self) -> None:
         self.buf: Any = None
 
-    def host_copy(self, t: Any) -> Any | None:
-        """A page-locked host tensor holding `t` (valid until the next call), or None where page-locked
-        memory cannot be had (then the caller takes the pageable path)."""
+    def host_copy(self, raw: Any) -> Any | None:
+        """A page-locked host copy of the 1-D byte tensor `raw` (at most STAGE_BYTES; valid until the
+        next call), or None where page-locked memory cannot be had (the caller copies it pageable)."""
         import torch
 
-        need = t.numel() * t.element_size()
+        need = raw.numel()
         if self.buf is None or self.buf.numel() < need:
             self.buf = None  # the old one is freed before a larger one is asked for
             try:
-                self.buf = torch.empty(max(need, 1 << 20), dtype=torch.uint8, pin_memory=True)
+                size = max(need, min(1 << 20, STAGE_BYTES))
+                self.buf = torch.empty(size, dtype=torch.uint8, pin_memory=True)
             except RuntimeError:
                 return None
-        host = self.buf[:need].view(t.dtype).view(t.shape)
-        host.copy_(t)  # synchronous: the device's bytes are in `host` when this returns
+        host = self.buf[:need]
+        host.copy_(raw)  # synchronous: the device's bytes are in `host` when this returns
         return host
 
 
 _PINNED = _PinnedStage()
 
 
+def _write_npy(t: Any, path: Path, dtype: np.dtype, stage_bytes: int | None = None) -> None:
+    """A tensor's bytes as `.npy` (the header from `dtype` and its shape), a device tensor through
+    the page-locked stage at most `stage_bytes` at a time."""
+    import torch
+
+    if t.element_size() != dtype.itemsize:
+        raise CodecError(f"tensor of {t.dtype} cannot be written as {dtype}")
+    step = stage_bytes or STAGE_BYTES
+    raw = t.contiguous().reshape(-1).view(torch.uint8)
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": tuple(t.shape)}
+    with open(path, "wb") as f:
+        try:
+            np.lib.format.write_array_header_1_0(f, header)
+        except ValueError:  # a header past 64 KiB (a shape of very many dimensions)
+            np.lib.format.write_array_header_2_0(f, header)
+        for start in range(0, raw.numel(), step):
+            piece = raw[start : start + step]
+            host = _PINNED.host_copy(piece) if piece.device.type != "cpu" else None
+            f.write((piece.cpu() if host is None else host).numpy().data)
+
+
 def _save_torch(t: Any, path: Path, dtype: np.dtype) -> None:
     """Write a tensor as `.npy`: a device tensor through the page-locked stage (one fast copy, one
-    write), where `.cpu()` then `np.save` made a host array and copied it again."""
+    write per piece), where `.cpu()` then `np.save` made a host array and copied it again."""
     if t.device.type == "cpu" or t.numel() == 0 or t.dim() == 0:
         np.save(path, np.ascontiguousarray(t.cpu().numpy()), allow_pickle=False)
         return
-    t = t.contiguous()
-    host = _PINNED.host_copy(t)
-    if host is None:
-        host = t.cpu()
-    arr = host.numpy()
-    if arr.dtype != dtype:
-        raise CodecError(f"tensor of {t.dtype} read back as {arr.dtype}, expected {dtype}")
-    with open(path, "wb") as f:
-        np.lib.format.write_array(f, arr, allow_pickle=False)
+    _write_npy(t, path, dtype)
 
 
 def _save_leaf(v: Any, directory: Path, name: str, host_only: bool) -> dict[str, Any]:

@@ -161,16 +161,19 @@ def test_codec_refuses_a_torch_dtype_numpy_has_no_name_for(tmp_path: Path) -> No
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "int64", "bool", "float8_e4m3fn"])
-def test_codec_writes_a_device_tensor_straight_into_the_file(tmp_path: Path, dtype: str) -> None:
-    """The worker's Fetch: CUDA tensors (strided, of each kind, one past the page-locked stage's first
-    size, several through the one reused stage) written as `.npy`, read back by the supervisor's
+def test_codec_writes_a_device_tensor_straight_into_the_file(
+    tmp_path: Path, dtype: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's Fetch: CUDA tensors (strided, of each kind, one in pieces of the page-locked
+    stage, several through the one reused stage) written as `.npy`, read back by the supervisor's
     decoder bit for bit."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     base = torch.randn(64, 96, device="cuda") * 4
     t, again = ((b > 0 if dtype == "bool" else b.to(getattr(torch, dtype))).t() for b in (base, -base))
-    big = torch.randn(1024, 1100, device="cuda")  # past the staging buffer's first size: it grows
+    monkeypatch.setattr(codec, "STAGE_BYTES", 1 << 20)
+    big = torch.randn(1024, 1100, device="cuda")  # 4.5 MB: five pieces through a 1 MiB stage
     codec.encode({"t": t, "empty": t[:0], "big": big, "again": again}, tmp_path, host_only=True)
     back = codec.decode(tmp_path, max_bytes=1 << 24, device_ok=True)
     assert back["t"].device.type == "cpu" and back["t"].dtype == t.dtype and back["t"].shape == t.shape
@@ -178,6 +181,24 @@ def test_codec_writes_a_device_tensor_straight_into_the_file(tmp_path: Path, dty
     assert torch.equal(back["again"].view(torch.uint8), again.cpu().contiguous().view(torch.uint8))
     assert torch.equal(back["big"], big.cpu())
     assert back["empty"].shape == t[:0].shape
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "bool", "int64"])
+def test_a_tensor_crosses_in_pieces_of_the_stage_and_reads_back_bit_for_bit(
+    tmp_path: Path, dtype: str
+) -> None:
+    """The worker's `.npy` writer, its pieces forced small (on a host tensor it copies each piece
+    pageable, the path it falls back to where page-locked memory cannot be had)."""
+    torch = pytest.importorskip("torch")
+    base = torch.randn(37, 53) * 4
+    t = (base > 0 if dtype == "bool" else base.to(getattr(torch, dtype))).t()  # strided: 53x37
+    view, _ = codec._torch_host_view(t)
+    codec._write_npy(view, tmp_path / "a.npy", codec._numpy_dtype(view), stage_bytes=1000)
+    back = np.load(tmp_path / "a.npy", allow_pickle=False)
+    assert back.shape == (53, 37)
+    assert back.tobytes() == view.contiguous().numpy().tobytes()
+    with pytest.raises(codec.CodecError, match="cannot be written"):
+        codec._write_npy(view, tmp_path / "b.npy", np.dtype("complex128"))
 
 
 def _manifest(tmp_path: Path, root: object) -> None:
