@@ -658,8 +658,8 @@ class Supervisor:
         """After a window: the output fetched for a check or dropped, in an untimed command of its own.
 
         The worker is thawed for that command only: the reference is made before it and the output is
-        read and compared after the worker is frozen again, so nothing of the subject's runs beside
-        the supervisor's own work and the file it reads cannot change under it. The worker's CPU time
+        read and compared after the worker is frozen again, so no work of the subject's runs beside the
+        supervisor's, and the file it reads cannot change while it is read. The worker's CPU time
         in the command is measured (work a subject deferred past its window would have to run here,
         see pair_checks), and the device is probed while it runs and once it is frozen."""
         checking, expected = self.reference_if_due(st, item, value)
@@ -672,7 +672,7 @@ class Supervisor:
             self.laps.lap("check: fetch")
         else:
             reply = self.untimed_call(w, Drop(), watch)
-            self.laps.lap("check or drop")
+            self.laps.lap("drop")
         u3 = self.freeze_all()
         # Once more now that it is frozen: a Drop answers in ~0.2 ms, so a thread of the subject's that
         # launched work just after the reply (and before the freeze) could otherwise go unseen.
