@@ -45,6 +45,9 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     # its file is read once it is frozen: the zeros it was timed on are what is compared
     "output_rewrite": ("failed_accuracy", "integrity_violation", "inconclusive"),
     "precompute_staging": ("integrity_violation", "inconclusive"),
+    # its output computes itself when a check's fetch first reads it: every checked block is voided (its
+    # CPU after the window) and the blocks that count are unchecked garbage: the checks do not vouch
+    "lazy_output": ("void",),
     "predicted_inputs": ("failed_accuracy",),
     # each call forks a child that sleeps 30 s and then exits: an exit due while its worker is frozen
     # runs at the thaw, inside the worker's command but outside its window (tearing down a copy of a

@@ -391,3 +391,56 @@ def test_a_screen_below_the_baselines_resolution_stays_open() -> None:
     target = decide(r, plan(sp, stage="target", resolution_pct={"c": 12.0}), Telemetry())
     assert target.primary_verdict == "below_minimum" and "below_resolution" not in target.codes
     assert decide(r, plan(sp, stage="screen", resolution_pct={"c": 12.0}), Telemetry()) == coarse  # pure
+
+
+LAZY_OUTPUT = ROOT / "tests" / "fixtures" / "driver" / "lazy_output.json"
+
+
+def _unvoided(r: DriverResult) -> DriverResult:
+    return r.model_copy(
+        update={"series": [s.model_copy(update={"void": [""] * len(s.reps)}) for s in r.series]}
+    )
+
+
+def test_checks_that_do_not_vouch_void_the_stage_on_a_real_record() -> None:
+    """The driver's result of tests/adversarial/lazy_output before outputs had to be plain (numpy
+    softmax, 16 pairs): its output computed itself when a check's fetch read it. Each of its 10
+    checked blocks was voided (its CPU after the window), none of its 6 unchecked; every check passed,
+    and the 6 blocks that counted were garbage, timed at 0.02 ms against 13.6 ms. It was accepted."""
+    r = DriverResult.model_validate_json(LAZY_OUTPUT.read_text())
+    cand = next(s for s in r.series if s.subject == "candidate")
+    assert cand.accuracy.passed and cand.accuracy.checks == 10
+    sp = StatsPlan(screen_pairs=16, target_pairs=16)
+    d = decide(r, plan(sp), Telemetry())
+    assert d.stage_outcome == "void" and d.primary_verdict == "void", d.codes
+    assert "accuracy_unconfirmed" in d.codes and d.stage_outcome in VOID_OUTCOMES
+    why = next(x.message for x in d.reasons if x.code == "accuracy_unconfirmed")
+    assert "every one of its 10 checked block(s)" in why, why
+    # the same samples without the voids: the rule, not the samples, decided
+    assert decide(_unvoided(r), plan(sp), Telemetry()).stage_outcome == "accepted"
+
+
+def _voids(reps: int, checked: list[int], voided: set[int]) -> Series:
+    acc = Accuracy(passed=True, checks=len(checked), checked_reps=checked, worst_rel_l2=0.0)
+    return Series(
+        subject="candidate",
+        case="c",
+        reps=list(range(reps)),
+        samples={"time": [1.0] * reps},
+        accuracy=acc,
+        void=["x" if r in voided else "" for r in range(reps)],
+    )
+
+
+def test_voids_that_follow_the_check_draw_are_told_from_load() -> None:
+    from cko_perf.runner.workflow.vouch import unvouched
+
+    # the first block honest (its check stands), every later check voided: 60 blocks, 12 checks
+    checked = [0, 4, 9, 13, 20, 26, 31, 38, 44, 50, 53, 58]
+    assert "Fisher" in unvouched(_voids(60, checked, set(checked[1:])))
+    # load: 10 voids scattered over checked and unchecked blocks alike
+    load = {2, 4, 11, 17, 23, 29, 35, 44, 47, 55}
+    assert unvouched(_voids(60, checked, load)) == ""
+    assert unvouched(_voids(60, checked, set())) == ""
+    # one check, and that one voided: nothing vouches
+    assert "every one of its 1" in unvouched(_voids(16, [0], {0}))

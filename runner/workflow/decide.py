@@ -9,7 +9,8 @@ Rules, in order (README, "Verdicts"):
 1. the run failed -> `failed_run`; an accuracy gate failed -> `failed_accuracy`; the driver's
    integrity checks tripped -> `integrity_violation` (performance samples voided);
 2. the environment differs from the Target's, or foreign load is unbalanced between the arms or
-   above the plan's ceiling -> `void` (a void stage may be repeated; the attempt stays on record);
+   above the plan's ceiling, or the candidate's checks do not vouch for its counted blocks (vouch.py)
+   -> `void` (a void stage may be repeated; the attempt stays on record);
 3. otherwise the primary verdict over cases (every case must accept; any regression regresses) and
    the constraints: the outcome is `accepted` only when the primary is accepted and every
    constraint is `ok`; a violated constraint makes `constraint_violated`, an undecided one (with
@@ -31,6 +32,7 @@ from cko_perf.operations.stats import scipy_stats
 from . import analysis
 from .requests import LoadCeiling
 from .verdicts import CaseAnalysis, DecidePlan, Decision, LoadCheck, Reason, SampleLoad, Telemetry, WindowLoad
+from .vouch import unvouched
 
 REF, CAND = "reference", "candidate"
 # Outcomes of a target or audit stage that decide nothing and may be repeated (each attempt recorded).
@@ -77,6 +79,11 @@ def decide(
             message="environment differs from the Target's: " + ", ".join(plan.identity_mismatch),
         )
     ] * bool(plan.identity_mismatch)
+    voids += [
+        Reason(code="accuracy_unconfirmed", message=why)
+        for why in (unvouched(s) for s in samples.series if s.subject == CAND)
+        if why
+    ]
     notes = _notes(cases, plan)
     if voids:
         return Decision(

@@ -183,6 +183,10 @@ GPU_EXPECTED = {
     # busy after its warm-up with it frozen, for seconds without a break: the left-running stop at once
     # (or void blocks and the stop after three commands, where the backlog is shorter)
     "queue_flood_late": ("inconclusive", "integrity_violation"),
+    # bursts of ~1 s that drain before the next: never 2 s busy without a break, but each probe after
+    # its commands finds the device busy with it frozen (void blocks, the stop after three commands);
+    # a burst queued inside its own window only makes it slower
+    "queue_flood_bursts": ("inconclusive", "integrity_violation", "regressed"),
     "forged_time": ("integrity_violation",),
     "cache_by_ptr": ("failed_accuracy",),
     # the check runs in the supervisor's process (its output is its input: wrong), and the worker's
