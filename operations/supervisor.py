@@ -553,35 +553,38 @@ class Supervisor:
     # -- the schedule --------------------------------------------------------------------------
 
     def warm(self, w: WorkerConn, case: str) -> None:
-        """Untimed runs of this subject on this case, before its first timed block."""
-        dirs, seeds = [], []
+        """Untimed runs of this subject on this case, before its first timed block: one command per
+        warm-up input, each ending in a synchronise, the worker frozen and the device probed after
+        each. Work the subject leaves queued is then found after one synchronise's wait, not after
+        every input's (a flood started in the warm-up cost 115 s of five waits on the H100)."""
+        st = self.per.setdefault((w.slot.subject, case), SeriesState())
         for i in range(self.req.warmup):
-            value, seed = self.inputs_for(case, i, warm=True)
-            seeds.append(seed)
-            if self.req.device != "cuda":
-                dirs.append(self.stage_copy(w, value))
-        self.activate(w.slot.subject)
-        reply = w.call(
-            Warm(
-                case=case,
-                params=self.cases[case].params,
-                inputs=dirs,
-                seeds=seeds,
-                runs=self.req.runs_per_sample,
-            ),
-            self.req.command_timeout_s,
-        )
-        if not reply.ok:
-            raise SupervisorError(
-                "subject_failed", f"subject {w.slot.subject} failed warming up {case}: {reply.error}"
+            if self.req.device == "cuda":  # the worker makes its own from the seed: none here
+                seed, dirs = self.input_seed(self.req.seed ^ self.salt, self.case_index[case], i, True), []
+            else:
+                value, seed = self.inputs_for(case, i, warm=True)
+                dirs = [self.stage_copy(w, value)]
+            self.activate(w.slot.subject)
+            reply = w.call(
+                Warm(
+                    case=case,
+                    params=self.cases[case].params,
+                    inputs=dirs,
+                    seeds=[seed],
+                    runs=self.req.runs_per_sample,
+                    collect=i == self.req.warmup - 1,
+                ),
+                self.req.command_timeout_s,
             )
-        self.freeze_all()
-        self.drop_old_copies(w, None)
-        # The warm-up ended in a synchronise: a busy device now is work of the subject's that outlives it
-        if self.probe is not None and self.probe.busy():
-            self.note_left_running(
-                self.per.setdefault((w.slot.subject, case), SeriesState()), f"{w.slot.subject}/{case}"
-            )
+            if not reply.ok:
+                raise SupervisorError(
+                    "subject_failed", f"subject {w.slot.subject} failed warming up {case}: {reply.error}"
+                )
+            self.freeze_all()
+            self.drop_old_copies(w, None)
+            # each command ended in a synchronise: a busy device now is work that outlives it
+            if self.probe is not None and self.probe.busy():
+                self.note_left_running(st, f"{w.slot.subject}/{case}")
 
     def timed(self, item: ScheduleItem) -> None:
         """One timed block, then the output check or release, each while only this worker runs."""

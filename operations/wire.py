@@ -36,6 +36,9 @@ class Warm(Msg):
     inputs: list[str] = Field(description="one input directory per warm-up run (cpu), or empty (regenerate)")
     seeds: list[int] = Field(description="input seeds per warm-up run (regenerated inputs)")
     runs: int = Field(ge=0, le=100_000, description="back-to-back runs per warm-up block")
+    collect: bool = Field(
+        default=True, description="collect garbage after it (the last of a warm-up's commands)"
+    )
 
 
 class Run(Msg):

@@ -100,7 +100,8 @@ class Worker:
                 self.run_fn(self.impl, inputs)
             self.backend.sync()
             del inputs
-        gc.collect()
+        if cmd.collect:
+            gc.collect()
         return Reply(ok=True)
 
     def capture(self, cmd: Capture) -> Reply:
