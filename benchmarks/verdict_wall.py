@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -51,6 +52,7 @@ def stages(work: Path, store: Path, mode: str) -> list[dict[str, Any]]:
         exp = json.loads((store / "experiments" / f"{doc['experiment']['id']}.json").read_text())
         rows.append({"stage": stage, "mode": mode, "cli_wall_s": wall, "outcome": doc.get("stage_outcome"),
                      "effect_pct": (doc.get("cases") or [{}])[0].get("effect_pct"),
+                     "reasons": [f"{r['code']}: {r['message'][:300]}" for r in doc.get("reasons") or []],
                      **_invocations(store, exp)})  # fmt: skip
     return rows
 
@@ -60,6 +62,7 @@ def _invocations(store: Path, exp: dict[str, Any]) -> dict[str, Any]:
     tot = dict.fromkeys(("container_s", "loop_s", "blocks", *PARTS, *HOST_PARTS, *INSIDE), 0.0)
     parts: dict[str, float] = {}
     untimed: dict[str, float] = {}
+    voids: dict[str, dict[str, int]] = {}
     for ref in exp["plan"]["invocations"]:
         inv = json.loads((store / "invocations" / ref["id"] / "result.json").read_text())
         out = next(o for o in inv["outputs"] if o["name"] == "result.json")
@@ -84,11 +87,23 @@ def _invocations(store: Path, exp: dict[str, Any]) -> dict[str, Any]:
             *_breakdown(store / "invocations" / ref["id"] / "events.jsonl", res).items(),
         ):
             tot[k] += v
+        _tally_voids(res, voids)
         for src, dst in ((cal.get("block_parts_s"), parts), (cal.get("untimed_parts_s"), untimed)):
             for part, v in (src or {}).items():
                 dst[part] = dst.get(part, 0.0) + v
     fixed = tot["container_s"] - tot["loop_s"]
-    return tot | {"fixed_s": fixed, "block_parts_s": parts, "untimed_parts_s": untimed}
+    return tot | {"fixed_s": fixed, "block_parts_s": parts, "untimed_parts_s": untimed, "voids": voids}
+
+
+def _tally_voids(res: dict[str, Any], voids: dict[str, dict[str, int]]) -> None:
+    """Voided blocks per subject by the start of their reason, checked ones apart."""
+    for s in res.get("series") or []:
+        checked = set((s.get("accuracy") or {}).get("checked_reps") or [])
+        mine = voids.setdefault(s["subject"], {})
+        for rep, why in zip(s.get("reps") or [], s.get("void") or [], strict=False):
+            if why:
+                key = ("checked: " if rep in checked else "") + re.sub(r"[\d.]+", "#", why)[:70]
+                mine[key] = mine.get(key, 0) + 1
 
 
 # the fixed start, the container's run less the loop, in order: the operation's wrapper around the
@@ -209,6 +224,9 @@ def main() -> int:
             f"{k} {v:.3f}" for k, v in sorted(r["block_parts_s"].items(), key=lambda kv: -kv[1])
         ))  # fmt: skip
         print(f"{'':8}untimed: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(r["untimed_parts_s"].items())))
+        print(f"{'':8}voided blocks: {json.dumps(r['voids'])}")
+        if r["outcome"] not in ("accepted", "promising"):
+            print(f"{'':8}reasons: {r['reasons']}")
     print(f"bare on this host, best of 3: a fresh process importing torch and running its first CUDA op "
           f"{floor['process_s']:.2f} s (import {floor['import_s']:.2f}, first op {floor['first_op_s']:.2f})")  # fmt: skip
     if args.out is not None:

@@ -9,7 +9,8 @@ Rules, in order (README, "Verdicts"):
 1. the run failed -> `failed_run`; an accuracy gate failed -> `failed_accuracy`; the driver's
    integrity checks tripped -> `integrity_violation` (performance samples voided);
 2. the environment differs from the Target's, or foreign load is unbalanced between the arms or
-   above the plan's ceiling, or the candidate's checks do not vouch for its counted blocks (vouch.py)
+   above the plan's ceiling, or the candidate's checked blocks are voided more often than the
+   reference's (its checks do not vouch for its counted blocks: vouch.py)
    -> `void` (a void stage may be repeated; the attempt stays on record);
 3. otherwise the primary verdict over cases (every case must accept; any regression regresses) and
    the constraints: the outcome is `accepted` only when the primary is accepted and every
@@ -26,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 
-from cko_perf.operations.protocol import DriverResult
+from cko_perf.operations.protocol import DriverResult, Series
 from cko_perf.operations.stats import scipy_stats
 
 from . import analysis
@@ -81,7 +82,7 @@ def decide(
     ] * bool(plan.identity_mismatch)
     voids += [
         Reason(code="accuracy_unconfirmed", message=why)
-        for why in (unvouched(s) for s in samples.series if s.subject == CAND)
+        for why in (unvouched(s, _other(samples, s)) for s in samples.series if s.subject == CAND)
         if why
     ]
     notes = _notes(cases, plan)
@@ -101,6 +102,11 @@ def decide(
         reasons=why + unresolved + notes,
         load=load,
     )
+
+
+def _other(samples: DriverResult, cand: Series) -> Series | None:
+    """The reference's series on the candidate's case."""
+    return next((s for s in samples.series if s.subject == REF and s.case == cand.case), None)
 
 
 def below_resolution(cases: list[CaseAnalysis], plan: DecidePlan) -> tuple[list[CaseAnalysis], list[Reason]]:

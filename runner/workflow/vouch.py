@@ -1,4 +1,5 @@
-"""Do a candidate's output checks vouch for its timed samples? A pure rule over its series.
+"""Do a candidate's output checks vouch for its timed samples? A pure rule over its series and the
+reference's on the same case.
 
 A check reads the output a block left, after the block's window. Which blocks are checked is drawn
 only after each block returned, so a subject cannot know beforehand; it learns it when the fetch for
@@ -6,15 +7,17 @@ a check comes, and whatever it does then (compute the right answer into its outp
 output compute itself) runs after its window: the supervisor sees that work (the worker's CPU in the
 fetch against the other subject's, the device busy while it runs) and voids the block. A voided
 block is no sample, but its check passed, and the blocks that count are exactly the unchecked ones,
-whose outputs nobody read. So the checks vouch only where voids do not follow the draw:
+whose outputs nobody read.
 
-- some checked block was not voided (a check that stands), and
-- checked blocks are not voided more often than unchecked ones beyond chance: the draw is independent
-  of the subject, so voids that track it (one-sided Fisher exact test below VOUCH_ALPHA) are the
-  subject's answer to being checked, not load, which falls on checked and unchecked blocks alike.
+An honest fetch can be voided too, and more often than a release: it copies the whole output while
+the device is probed (on the H100, 7 of 8 of an honest Triton candidate's checked blocks of a 256 MiB
+output were voided on a loaded host). The reference's fetches copy the same output under the same
+probes and load. So the candidate's checks vouch unless its checked blocks are voided more often than
+the reference's checked blocks, beyond chance (one-sided Fisher exact test, p < VOUCH_ALPHA): a
+subject that works when it is checked is voided there and the reference is not.
 
-Failing either makes the stage `void` (code `accuracy_unconfirmed`), not `failed_accuracy`: foreign
-load can void a checked block too, and a void stage may be repeated.
+Failing it makes the stage `void` (code `accuracy_unconfirmed`), not `failed_accuracy`: a void stage
+may be repeated, and an honest one is not failed on a test's false positive.
 """
 
 from __future__ import annotations
@@ -25,28 +28,28 @@ from cko_perf.operations.stats import scipy_stats
 VOUCH_ALPHA = 0.01
 
 
-def unvouched(series: Series) -> str:
-    """Why this series' checks do not vouch for its samples, or "" where they do."""
-    if len(series.void) != len(series.reps) or not any(series.void):
-        return ""
+def checked_voids(series: Series) -> tuple[int, int]:
+    """(checked blocks voided, checked blocks) of one series; (0, 0) where it records no voids."""
+    if len(series.void) != len(series.reps):
+        return 0, 0
     voided = {rep: bool(v) for rep, v in zip(series.reps, series.void, strict=True)}
     checked = [r for r in dict.fromkeys(series.accuracy.checked_reps) if r in voided]
-    hit = sum(voided[r] for r in checked)
-    if not checked or hit == 0:
+    return sum(voided[r] for r in checked), len(checked)
+
+
+def unvouched(candidate: Series, reference: Series | None) -> str:
+    """Why the candidate's checks do not vouch for its counted blocks, or "" where they do."""
+    hit, n = checked_voids(candidate)
+    if reference is None or hit == 0:
         return ""
-    where = f"{series.subject} case {series.case}"
-    if hit == len(checked):
-        return (
-            f"{where}: every one of its {hit} checked block(s) was voided (work after the window, or "
-            "load): no check vouches for the blocks that count"
-        )
-    others = [voided[r] for r in voided if r not in set(checked)]
-    table = [[hit, len(checked) - hit], [sum(others), len(others) - sum(others)]]
+    ref_hit, ref_n = checked_voids(reference)
+    table = [[hit, n - hit], [ref_hit, ref_n - ref_hit]]
     p = float(scipy_stats().fisher_exact(table, alternative="greater").pvalue)
-    if p < VOUCH_ALPHA:
-        return (
-            f"{where}: {hit} of {len(checked)} checked blocks voided against {sum(others)} of "
-            f"{len(others)} unchecked (one-sided Fisher p = {p:.2g} < {VOUCH_ALPHA:g}): its voids follow "
-            "the check draw, so its checks do not vouch for the blocks that count"
-        )
-    return ""
+    if p >= VOUCH_ALPHA:
+        return ""
+    return (
+        f"{candidate.subject} case {candidate.case}: {hit} of its {n} checked blocks voided against "
+        f"{ref_hit} of the reference's {ref_n} (one-sided Fisher p = {p:.2g} < {VOUCH_ALPHA:g}): it was "
+        "voided where it was checked (work after its window), so its checks do not vouch for the "
+        "blocks that count"
+    )

@@ -117,22 +117,20 @@ phase_pytest() {
   grep -q " passed" $W/pytest-gpu.txt && ! grep -qE " (failed|error)" $W/pytest-gpu.txt
 }
 
-phase_aa() {
+phase_aa() {  # each A/A its own snapshot (one formal target stage counts per snapshot): a comment apart
   local TT AV i
   TT=$(target_of torch-layernorm)
-  mkdir -p $W/same && cp examples/torch-layernorm/kernel.py $W/same/
-  if [ ! -s $W/aa-variant.out ]; then
-    printf '{"path": "%s", "claim": "identical: A/A control"}\n' "$W/same" > $W/aa-variant.json
-    python3 -m cko_perf variant --request $W/aa-variant.json --target "$TT" --store $W/torch-layernorm --json > $W/aa-variant.out
-  fi
-  AV=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["variant"]["id"])' $W/aa-variant.out)
   touch $W/aa.jsonl
   for i in $(seq $(( $(wc -l < $W/aa.jsonl) + 1 )) 20); do
     [ "$(left)" -gt 15 ] || { echo "stopping A/A at $i: time"; return 1; }
+    mkdir -p $W/same-$i && { cat examples/torch-layernorm/kernel.py; echo "# A/A control $i"; } > $W/same-$i/kernel.py
+    printf '{"path": "%s", "claim": "identical: A/A control %d"}\n' "$W/same-$i" "$i" > $W/aa-variant.json
+    AV=$(python3 -m cko_perf variant --request $W/aa-variant.json --target "$TT" --store $W/torch-layernorm --json \
+      | python3 -c 'import json,sys; print(json.load(sys.stdin)["variant"]["id"])')
     printf '{"stage": "target", "pairs": 10, "seed": %d}\n' "$i" > $W/aa-exp.json
     local t0; t0=$(date +%s.%N)
     python3 -m cko_perf experiment --request $W/aa-exp.json --target "$TT" --variant "$AV" --store $W/torch-layernorm --json \
-      | python3 -c 'import json,sys,time; d=json.load(sys.stdin); print(json.dumps({"outcome": d.get("outcome"), "aa_control": d.get("aa_control"), "cases": d.get("cases"), "seconds": round(time.time() - float(sys.argv[1]), 1)}))' "$t0" >> $W/aa.jsonl
+      | python3 -c 'import json,sys,time; d=json.load(sys.stdin); print(json.dumps({"outcome": d.get("outcome") or d.get("stage_outcome"), "codes": d.get("reason_codes"), "cases": [{"verdict": c.get("case_verdict"), "effect_pct": c.get("effect_pct"), "excluded": c.get("excluded")} for c in d.get("cases") or []], "seconds": round(time.time() - float(sys.argv[1]), 1)}))' "$t0" >> $W/aa.jsonl
     tail -n 1 $W/aa.jsonl | cut -c 1-300
   done
 }
