@@ -19,7 +19,7 @@ from cko_perf.operations.protocol import (
 )
 from cko_perf.operations.refill import RefillError, refill
 from cko_perf.operations.timing import Backend
-from cko_perf.operations.wire import Capture, Run
+from cko_perf.operations.wire import Capture, Drop, Run
 from cko_perf.operations.worker import Worker
 
 
@@ -92,3 +92,37 @@ def test_the_protocol_refuses_graph_mode_off_cuda_or_without_workers() -> None:
         DriverRequest(**base, device="cuda")
     ok = DriverRequest(**base, device="cuda", workers=[WorkerSlot(subject="a", uid=61000, gid=61000)])
     assert ok.timing_mode == "graph"
+
+
+def test_no_collection_runs_inside_a_run_command_it_waits_for_the_release() -> None:
+    """A window that makes many Python objects (a torch.compile call does) must not set the collector
+    off inside its Run command, outside the claimed window: it runs in the Drop that follows."""
+    import gc
+
+    seen: list[str] = []
+    w = Worker(
+        run=lambda impl, inputs: [[i] for i in range(20_000)],  # far above the collector's threshold
+        make_inputs=lambda params, rng, device: {"x": rng.standard_normal(4)},
+        impl=None,
+        backend=Backend(),
+        device="cpu",
+    )
+    cmd = Run(case="c", params={}, rep=0, seed=3, inputs=None, runs=3, mode="cold")
+
+    def note(phase: str, info: dict) -> None:
+        if phase == "start":
+            seen.append(current[0])
+
+    current = ["run"]
+    gc.callbacks.append(note)
+    try:
+        reply = w.handle(cmd)
+        assert reply is not None and reply.ok and reply.t_ns
+        assert not gc.isenabled()
+        current[0] = "drop"
+        assert w.handle(Drop()) is not None
+        assert gc.isenabled()
+    finally:
+        gc.callbacks.remove(note)
+        gc.enable()
+    assert "run" not in seen and "drop" in seen, seen
