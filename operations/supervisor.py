@@ -524,8 +524,12 @@ class Supervisor:
 
     # -- inputs --------------------------------------------------------------------------------
 
+    def seed_for(self, case: str, rep: int, warm: bool = False) -> int:
+        """The input seed of a rep (or warm-up run), with the stage's secret mixed in."""
+        return self.input_seed(self.req.seed ^ self.salt, self.case_index[case], rep, warm)
+
     def inputs_for(self, case: str, rep: int, warm: bool = False) -> tuple[Any, int]:
-        seed = self.input_seed(self.req.seed ^ self.salt, self.case_index[case], rep, warm)
+        seed = self.seed_for(case, rep, warm)
         key = (case, -1 - rep if warm else rep)
         if key not in self.pristine:
             value = self.make_inputs(self.cases[case].params, np.random.default_rng(seed), self.req.device)
@@ -560,7 +564,7 @@ class Supervisor:
         st = self.per.setdefault((w.slot.subject, case), SeriesState())
         for i in range(self.req.warmup):
             if self.req.device == "cuda":  # the worker makes its own from the seed: none here
-                seed, dirs = self.input_seed(self.req.seed ^ self.salt, self.case_index[case], i, True), []
+                seed, dirs = self.seed_for(case, i, warm=True), []
             else:
                 value, seed = self.inputs_for(case, i, warm=True)
                 dirs = [self.stage_copy(w, value)]

@@ -44,8 +44,8 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "deferred_thread": ("failed_accuracy", "integrity_violation", "inconclusive"),
     # its file is read once it is frozen: the zeros it was timed on are what is compared
     "output_rewrite": ("failed_accuracy", "integrity_violation", "inconclusive"),
-    # its staging is held against the other's and voids its blocks, checked ones included: where every
-    # checked block is voided no check vouches (void) before the pairs left decide (inconclusive)
+    # its staging is held against the other's and voids its blocks, checked ones included, while the
+    # reference's stand: its checks do not vouch (void), else the pairs left decide (inconclusive)
     "precompute_staging": ("integrity_violation", "inconclusive", "void"),
     # its output computes itself when a check's fetch first reads it: every checked block is voided (its
     # CPU after the window) and the blocks that count are unchecked garbage: the checks do not vouch

@@ -27,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 
-from cko_perf.operations.protocol import DriverResult, Series
+from cko_perf.operations.protocol import DriverResult
 from cko_perf.operations.stats import scipy_stats
 
 from . import analysis
@@ -80,9 +80,10 @@ def decide(
             message="environment differs from the Target's: " + ", ".join(plan.identity_mismatch),
         )
     ] * bool(plan.identity_mismatch)
+    by_key = analysis.series_map(samples)
     voids += [
         Reason(code="accuracy_unconfirmed", message=why)
-        for why in (unvouched(s, _other(samples, s)) for s in samples.series if s.subject == CAND)
+        for why in (unvouched(s, by_key.get((REF, s.case))) for s in samples.series if s.subject == CAND)
         if why
     ]
     notes = _notes(cases, plan)
@@ -102,11 +103,6 @@ def decide(
         reasons=why + unresolved + notes,
         load=load,
     )
-
-
-def _other(samples: DriverResult, cand: Series) -> Series | None:
-    """The reference's series on the candidate's case."""
-    return next((s for s in samples.series if s.subject == REF and s.case == cand.case), None)
 
 
 def below_resolution(cases: list[CaseAnalysis], plan: DecidePlan) -> tuple[list[CaseAnalysis], list[Reason]]:

@@ -25,16 +25,19 @@ from __future__ import annotations
 from cko_perf.operations.protocol import Series
 from cko_perf.operations.stats import scipy_stats
 
+from .analysis import void_reps
+
 VOUCH_ALPHA = 0.01
 
 
 def checked_voids(series: Series) -> tuple[int, int]:
-    """(checked blocks voided, checked blocks) of one series; (0, 0) where it records no voids."""
+    """(checked blocks voided, checked blocks) of one series; (0, 0) where it records no per-block
+    voids (the harness-trusted path)."""
     if len(series.void) != len(series.reps):
         return 0, 0
-    voided = {rep: bool(v) for rep, v in zip(series.reps, series.void, strict=True)}
-    checked = [r for r in dict.fromkeys(series.accuracy.checked_reps) if r in voided]
-    return sum(voided[r] for r in checked), len(checked)
+    voided = void_reps(series)
+    checked = set(series.accuracy.checked_reps) & set(series.reps)
+    return len(checked & voided), len(checked)
 
 
 def unvouched(candidate: Series, reference: Series | None) -> str:
