@@ -238,3 +238,47 @@ def test_torch_profile_collect_binds_a_trace_of_one_block_and_refuses_a_swapped_
     hostname = Path("/etc/hostname").read_bytes()
     assert not any(hostname == p.read_bytes() for p in (store / "objects").rglob("*") if p.is_file())
     assert run_cko("verify", "--json", store=store, env=torch_image).code == 0
+
+
+LAZY_MODE = ROOT / "tests" / "adversarial" / "torch" / "lazy_mode"
+
+
+def test_an_output_computed_when_a_check_reads_it_is_not_accepted(
+    torch_image: dict[str, str], tmp_path: Path
+) -> None:
+    """tests/adversarial/torch/lazy_mode: a TorchFunctionMode computes the output only when the fetch
+    for a check first touches it. On a case large enough that the work stands above the post-window CPU
+    slack (fp32 2048x4096, tens of ms), each checked block is voided and the reference's are not: its
+    checks do not vouch for the garbage blocks that count. (Work under that slack is not seen: README,
+    "Trust boundary".)"""
+    work, store = _workload(tmp_path), tmp_path / "store"
+    req = json.loads((work / "readiness.json").read_text())
+    req["cases"] = [{"id": "fp32_2048x4096", "params": {"rows": 2048, "cols": 4096, "dtype": "fp32"}}]
+    req["accuracy"]["check_fraction"] = 0.5
+    (work / "readiness.json").write_text(json.dumps(req))
+    r = run_cko(
+        "readiness",
+        "--request",
+        str(work / "readiness.json"),
+        "--json",
+        store=store,
+        env=torch_image,
+        timeout=900,
+    )
+    assert r.code == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    tid = r.json["target"]["id"]
+    (work / "v.json").write_text(json.dumps({"path": str(LAZY_MODE), "claim": "adversarial: lazy_mode"}))
+    v = run_cko(
+        "variant", "--request", str(work / "v.json"), "--target", tid, "--json", store=store, env=torch_image
+    )
+    assert v.code == 0, v.stdout[-2000:]
+    (work / "t.json").write_text(json.dumps({"stage": "target", "seed": 5}))
+    e = run_cko(
+        "experiment", "--request", str(work / "t.json"), "--target", tid, "--variant", v.json["variant"]["id"],
+        "--json", store=store, env=torch_image, timeout=900,
+    )  # fmt: skip
+    assert e.code in (0, 1), e.stdout[-2000:] + e.stderr[-2000:]
+    assert e.json["stage_outcome"] != "accepted", e.json
+    assert e.json["stage_outcome"] in ("void", "failed_accuracy", "integrity_violation"), e.json
+    if e.json["stage_outcome"] == "void":
+        assert "accuracy_unconfirmed" in e.json["reason_codes"], e.json["reasons"]
