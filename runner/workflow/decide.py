@@ -80,12 +80,7 @@ def decide(
             message="environment differs from the Target's: " + ", ".join(plan.identity_mismatch),
         )
     ] * bool(plan.identity_mismatch)
-    by_key = analysis.series_map(samples)
-    voids += [
-        Reason(code="accuracy_unconfirmed", message=why)
-        for why in (unvouched(s, by_key.get((REF, s.case))) for s in samples.series if s.subject == CAND)
-        if why
-    ]
+    voids += unconfirmed(samples)
     notes = _notes(cases, plan)
     if voids:
         return Decision(
@@ -103,6 +98,16 @@ def decide(
         reasons=why + unresolved + notes,
         load=load,
     )
+
+
+def unconfirmed(samples: DriverResult) -> list[Reason]:
+    """`accuracy_unconfirmed` per case where the candidate's checks do not vouch (vouch.py)."""
+    by_key = analysis.series_map(samples)
+    return [
+        Reason(code="accuracy_unconfirmed", message=why)
+        for why in (unvouched(s, by_key.get((REF, s.case))) for s in samples.series if s.subject == CAND)
+        if why
+    ]
 
 
 def below_resolution(cases: list[CaseAnalysis], plan: DecidePlan) -> tuple[list[CaseAnalysis], list[Reason]]:
