@@ -7,8 +7,8 @@ For pairs of subjects (an original and a faster candidate, or an identical contr
 
 * cko: `operations.timing.TorchCuda.time_block`, the worker's own clock, in `cold` mode (L2
   flushed outside the window, one run per block) and `hot` mode (back-to-back runs, the block sized
-  to at least ~1 ms, per-run time = block / runs), with the collector off inside each block as the
-  worker does; the median of --blocks blocks;
+  to at least ~1 ms, per-run time = block / runs), each run on inputs of its own and the collector
+  off inside each block as the worker does; the median of --blocks blocks;
 * cko in `graph` mode: the block's runs captured once as a CUDA graph (outside the window, as the
   worker does per block) and one replay timed: the CPU's launch cost drops out of the window;
 * do_bench: `triton.testing.do_bench(..., return_mode="median")`;
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import gc
 import io
 import json
@@ -47,8 +48,11 @@ HOT_BLOCK_S = 1e-3  # a hot block lasts at least this long (per-run time = block
 NCU_CALLS = 5
 
 
-def _pairs() -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
-    """name -> (original, candidate): closures over inputs made once on the GPU."""
+Pair = tuple[Callable[[], Any], Callable[[Any], Any], Callable[[Any], Any]]
+
+
+def _pairs() -> dict[str, Pair]:
+    """name -> (make a set of inputs on the GPU, original(inputs), candidate(inputs))."""
     import torch
     import torch.nn.functional as F
 
@@ -58,15 +62,7 @@ def _pairs() -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
     def rnd(*shape: int, dtype: Any = torch.float32) -> Any:
         return torch.randn(*shape, device=dev, generator=g, dtype=dtype)
 
-    a, b = rnd(1 << 18), rnd(1 << 18)
-    xs = rnd(16, 16384)
-    xg, wg, bg = (
-        rnd(256, 512, dtype=torch.float16),
-        rnd(512, 512, dtype=torch.float16),
-        rnd(512, dtype=torch.float16),
-    )
-    xr = rnd(1 << 26)
-    xl, wl, bl = rnd(4096, 4096), rnd(4096), rnd(4096)
+    wl, bl = rnd(4096), rnd(4096)
 
     def manual_softmax(x: Any) -> Any:
         e = (x - x.max(dim=1, keepdim=True).values).exp()
@@ -79,16 +75,26 @@ def _pairs() -> dict[str, tuple[Callable[[], Any], Callable[[], Any]]]:
 
     compiled = torch.compile(manual_layernorm)
     tri = _triton_softmax()
+    half = torch.float16
     return {
-        "vadd 256k (2 kernels vs 1)": (lambda: a * 2.0 + b, lambda: torch.add(b, a, alpha=2.0)),
-        "softmax 16x16384 (5 vs 1)": (lambda: manual_softmax(xs), lambda: torch.softmax(xs, dim=1)),
-        "triton softmax 16x16384": (lambda: manual_softmax(xs), lambda: tri(xs)),
-        "gemm+epilogue 256x512x512 fp16": (
-            lambda: torch.relu(xg @ wg + bg),
-            lambda: F.relu(torch.addmm(bg, xg, wg), inplace=True),
+        "vadd 256k (2 kernels vs 1)": (
+            lambda: (rnd(1 << 18), rnd(1 << 18)),
+            lambda i: i[0] * 2.0 + i[1],
+            lambda i: torch.add(i[1], i[0], alpha=2.0),
         ),
-        "torch.compile layernorm 4096^2": (lambda: manual_layernorm(xl), lambda: compiled(xl)),
-        "reduction 64M (control: same)": (lambda: xr.sum(), lambda: xr.sum()),
+        "softmax 16x16384 (5 vs 1)": (
+            lambda: rnd(16, 16384),
+            manual_softmax,
+            lambda x: torch.softmax(x, dim=1),
+        ),
+        "triton softmax 16x16384": (lambda: rnd(16, 16384), manual_softmax, tri),
+        "gemm+epilogue 256x512x512 fp16": (
+            lambda: (rnd(256, 512, dtype=half), rnd(512, 512, dtype=half), rnd(512, dtype=half)),
+            lambda i: torch.relu(i[0] @ i[1] + i[2]),
+            lambda i: F.relu(torch.addmm(i[2], i[0], i[1]), inplace=True),
+        ),
+        "torch.compile layernorm 4096^2": (lambda: rnd(4096, 4096), manual_layernorm, compiled),
+        "reduction 64M (control: same)": (lambda: rnd(1 << 26), lambda x: x.sum(), lambda x: x.sum()),
     }
 
 
@@ -113,42 +119,46 @@ def _triton_softmax() -> Callable[[Any], Any]:
     return run
 
 
-def _block(clock: Any, fn: Callable[[], Any], runs: int, mode: str) -> tuple[Callable[[], Any], int]:
-    """(what one block's window runs, runs in it): graph mode captures the runs once, as the worker
-    does per block, and the window replays them."""
+def _block(clock: Any, make: Callable[[], Any], fn: Callable[[Any], Any], runs: int, mode: str) -> list[Any]:
+    """What one block's window runs: `runs` runs, each on inputs of its own (as the worker stages
+    them); graph mode captures them once, as the worker does per block, and the window replays it."""
+    fns = [functools.partial(fn, make()) for _ in range(runs)]
     if mode != "graph":
-        return fn, runs
-    replay, _ = clock.capture(fn, runs)
-    return replay, 1
+        return fns
+    replay, _ = clock.capture(fns)
+    return [replay]
 
 
-def cko_time(fn: Callable[[], Any], mode: str, blocks: int) -> float:
+def cko_time(make: Callable[[], Any], fn: Callable[[Any], Any], mode: str, blocks: int) -> float:
     """Median per-run ms over `blocks` blocks of the worker's clock, as the worker times them."""
     from cko_perf.operations.timing import TorchCuda
 
     clock = TorchCuda()
+    warm = make()
     for _ in range(3):
-        fn()
+        fn(warm)
     clock.sync()
     runs = 1
     if mode in ("hot", "graph"):  # double the block until it lasts HOT_BLOCK_S: a one-run block carries
         # the window's fixed ~100-150 us (synchronise, events), so sizing from it leaves blocks too short
         while runs < 1 << 16:
-            _, t_ns, _ = clock.time_block(*_block(clock, fn, runs, mode), mode)
+            _, t_ns, _ = clock.time_block(_block(clock, make, fn, runs, mode), mode)
             if t_ns * 1e-9 >= HOT_BLOCK_S:
                 break
             runs *= 2
     out = []
     for _ in range(blocks):
         gc.collect()
-        body, n = _block(clock, fn, runs, mode)  # graph: captured outside the window, as in the worker
+        body = _block(clock, make, fn, runs, mode)  # graph: captured outside the window, as in the worker
         if mode == "cold":
             clock.flush_l2()
+        clock.sync()
         gc.disable()
         try:
-            _, t_ns, _ = clock.time_block(body, n, mode)
+            _, t_ns, _ = clock.time_block(body, mode)
         finally:
             gc.enable()
+        del body
         out.append(t_ns / runs / 1e6)
     return statistics.median(out)
 
@@ -188,11 +198,12 @@ def ncu_child(order_path: Path) -> None:
 
     mark = _marker()
     order: list[list[Any]] = []
-    for name, (orig, cand) in _pairs().items():
+    for name, (make, orig, cand) in _pairs().items():
+        inputs = make()
         for which, fn in (("original", orig), ("candidate", cand)):
             for i in range(-1, NCU_CALLS):
                 mark()
-                fn()
+                fn(inputs)
                 torch.cuda.synchronize()
                 order.append([name, which, i])
     mark()
@@ -292,14 +303,15 @@ def main() -> int:
 
 def measure(blocks: int) -> dict[str, dict[str, dict[str, float]]]:
     rows: dict[str, dict[str, dict[str, float]]] = {}
-    for name, (orig, cand) in _pairs().items():
+    for name, (make, orig, cand) in _pairs().items():
         rows[name] = {}
+        inputs = make()  # do_bench times one set, over and over, as it is used
         for which, fn in (("original", orig), ("candidate", cand)):
             rows[name][which] = {
-                "cold": cko_time(fn, "cold", blocks),
-                "hot": cko_time(fn, "hot", blocks),
-                "graph": cko_time(fn, "graph", blocks),
-                "do_bench": bench_time(fn),
+                "cold": cko_time(make, fn, "cold", blocks),
+                "hot": cko_time(make, fn, "hot", blocks),
+                "graph": cko_time(make, fn, "graph", blocks),
+                "do_bench": bench_time(functools.partial(fn, inputs)),
             }
         print(f"measured {name}", file=sys.stderr, flush=True)
     return rows

@@ -141,6 +141,9 @@ class Series(Closed):
     # The boundary's evidence, per rep (empty on the harness-trusted path):
     bracket_ns: list[int] = Field(default_factory=list)  # the supervisor's clock around the whole command
     stage_ns: list[int] = Field(default_factory=list)  # the worker's input staging, inside the bracket
+    # the worker's claimed window per rep, whole block (all `runs`), before the per-run division;
+    # held against bracket_ns by the verdict's clock rule (runner/workflow/clockcheck.py)
+    window_ns: list[int] = Field(default_factory=list)
     idle_cpu_ns: list[int] = Field(default_factory=list)  # CPU time of the other (frozen) workers meanwhile
     post_cpu_ns: list[int] = Field(
         default_factory=list
@@ -263,6 +266,7 @@ _SERIES_LISTS = (
     "sm_mhz",
     "bracket_ns",
     "stage_ns",
+    "window_ns",
     "idle_cpu_ns",
     "post_cpu_ns",
     "foreign_cpu_cores",

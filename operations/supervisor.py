@@ -381,6 +381,7 @@ class Untimed:
 class SeriesState:
     reps: list[int] = field(default_factory=list)
     per_run_ns: list[int] = field(default_factory=list)
+    window: list[int] = field(default_factory=list)  # the claimed block window, all runs
     bracket: list[int] = field(default_factory=list)
     stage: list[int] = field(default_factory=list)
     stream: list[int] = field(default_factory=list)
@@ -422,8 +423,10 @@ class Supervisor:
         self.integrity: list[str] = []
         self.per: dict[tuple[str, str], SeriesState] = {}
         self.warmed: set[tuple[str, str]] = set()
-        self.pristine: dict[tuple[str, int], Any] = {}
-        self.expected: dict[tuple[str, int], Any] = {}
+        # keyed (case, rep, run): a block's runs each have inputs of their own (wire.Run)
+        self.pristine: dict[tuple[str, int, int], Any] = {}
+        self.expected: dict[tuple[str, int, int], Any] = {}
+        self.run_bytes: dict[str, int] = {}
         self.active: str | None = None
         self.controller_cpu_ns: int | None = None  # the host freezer process's CPU, as of its last reply
         self.clocks = Clocks(req.device)
@@ -524,13 +527,15 @@ class Supervisor:
 
     # -- inputs --------------------------------------------------------------------------------
 
-    def seed_for(self, case: str, rep: int, warm: bool = False) -> int:
-        """The input seed of a rep (or warm-up run), with the stage's secret mixed in."""
-        return self.input_seed(self.req.seed ^ self.salt, self.case_index[case], rep, warm)
+    def seed_for(self, case: str, rep: int, warm: bool = False, run: int = 0) -> int:
+        """The input seed of one run of a rep (or warm-up block), with the stage's secret mixed in.
+        Run 0's is the rep's seed, as a one-run block has always had; later runs' are drawn from it."""
+        seed = self.input_seed(self.req.seed ^ self.salt, self.case_index[case], rep, warm)
+        return seed if run == 0 else int(np.random.SeedSequence([seed, run]).generate_state(1)[0])
 
-    def inputs_for(self, case: str, rep: int, warm: bool = False) -> tuple[Any, int]:
-        seed = self.seed_for(case, rep, warm)
-        key = (case, -1 - rep if warm else rep)
+    def inputs_for(self, case: str, rep: int, warm: bool = False, run: int = 0) -> tuple[Any, int]:
+        seed = self.seed_for(case, rep, warm, run)
+        key = (case, -1 - rep if warm else rep, run)
         if key not in self.pristine:
             value = self.make_inputs(self.cases[case].params, np.random.default_rng(seed), self.req.device)
             poison(value)  # an `out` buffer starts as NaN: an output the subject never wrote cannot pass
@@ -600,14 +605,21 @@ class Supervisor:
             self.warm(w, item.case)
             self.warmed.add(key)
             laps.lap("warm-up")
-        value, seed = self.inputs_for(item.case, item.rep)
+        runs = range(self.req.runs_per_sample)
+        seeds = [self.seed_for(item.case, item.rep, run=j) for j in runs]
+        # cpu: a copy of each run's inputs; cuda: the worker makes them from the seeds (none made here)
+        values = (
+            [self.inputs_for(item.case, item.rep, run=j)[0] for j in runs]
+            if self.req.device != "cuda"
+            else []
+        )
         laps.lap("inputs")
         if self.req.timing_mode == "graph":
             self.capture(w, item)
             laps.lap("capture")
         if self.active is not None:
             self.freeze_all()  # the worker about to be timed is frozen while its inputs are written
-        inputs_dir = self.stage_copy(w, value) if self.req.device != "cuda" else None
+        inputs_dirs = [self.stage_copy(w, v) for v in values]
         laps.lap("stage copy")
         u0 = self.activate(item.subject)
         c0 = self.controller_cpu_ns
@@ -618,9 +630,8 @@ class Supervisor:
             case=item.case,
             params=self.cases[item.case].params,
             rep=item.rep,
-            seed=seed,
-            inputs=inputs_dir,
-            runs=self.req.runs_per_sample,
+            seeds=seeds,
+            inputs=inputs_dirs,
             mode=self.req.timing_mode,
         )
         laps.lap("thaw and reads")
@@ -654,14 +665,12 @@ class Supervisor:
         if after:
             self.note_left_running(st, f"{item.subject}/{item.case}")
         laps.lap("freeze and record")
-        self.release(w, st, item, value, seed, u1)
-        if inputs_dir is not None:
+        self.release(w, st, item, u1)
+        if inputs_dirs:
             self.drop_old_copies(w, None)
         laps.lap("freeze and clean")
 
-    def release(
-        self, w: WorkerConn, st: SeriesState, item: ScheduleItem, value: Any, seed: int, u1: dict[str, int]
-    ) -> None:
+    def release(self, w: WorkerConn, st: SeriesState, item: ScheduleItem, u1: dict[str, int]) -> None:
         """After a window: the output fetched for a check or dropped, in an untimed command of its own.
 
         The worker is thawed for that command only: the reference is made before it and the output is
@@ -669,13 +678,14 @@ class Supervisor:
         supervisor's, and the file it reads cannot change while it is read. The worker's CPU time
         in the command is measured (work a subject deferred past its window would have to run here,
         see pair_checks), and the device is probed while it runs and once it is frozen."""
-        checking, expected = self.reference_if_due(st, item, value)
-        out_dir = self.fresh_out_dir(w) if checking else None
+        check = self.reference_if_due(st, item)
+        out_dir = self.fresh_out_dir(w) if check is not None else None
         self.activate(item.subject)
         self.laps.lap("thaw after the window")
         watch = GpuWatch(self.probe)
         if out_dir is not None:
-            reply = self.untimed_call(w, Fetch(out=str(out_dir)), watch)
+            assert check is not None
+            reply = self.untimed_call(w, Fetch(out=str(out_dir), run=check[0]), watch)
             self.laps.lap("check: fetch")
         else:
             reply = self.untimed_call(w, Drop(), watch)
@@ -689,15 +699,15 @@ class Supervisor:
         if watch.busy:
             self.note_left_running(st, f"{item.subject}/{item.case}")
         st.post.append(max(0, u3.get(item.subject, 0) - u1.get(item.subject, 0)))
-        st.post_kind.append("fetch" if checking else "drop")
+        st.post_kind.append("fetch" if check is not None else "drop")
         self.laps.lap("freeze after the release")
-        if out_dir is not None:
+        if out_dir is not None and check is not None:
             if not reply.ok:
                 raise SupervisorError(
                     "subject_failed",
                     f"subject {item.subject}: output could not be passed back: {reply.error}",
                 )
-            self.check_output(st, item, seed, out_dir, expected)
+            self.check_output(st, item, check[1], out_dir, check[2])
 
     def note_left_running(self, st: SeriesState, where: str) -> None:
         """The device was found busy with this subject just frozen: confirm, count, and end the stage
@@ -772,6 +782,7 @@ class Supervisor:
             self.integrity.append(f"{where}: frozen worker(s) used {idle} ns of CPU during this block")
         st.reps.append(item.rep)
         st.per_run_ns.append(max(1, reply.t_ns // self.req.runs_per_sample))
+        st.window.append(reply.t_ns)
         st.bracket.append(bracket)
         st.stage.append(reply.stage_ns or 0)
         st.stream.append(reply.stream_ns // self.req.runs_per_sample if reply.stream_ns is not None else 0)
@@ -779,16 +790,23 @@ class Supervisor:
         st.void.append(void)
         st.sm.append(sm)
 
-    def reference_if_due(self, st: SeriesState, item: ScheduleItem, value: Any) -> tuple[bool, Any]:
-        """Check this block's output? Decided only now, after the run returned, so it cannot be
-        predicted; the reference is made here, while every worker is frozen."""
+    def reference_if_due(self, st: SeriesState, item: ScheduleItem) -> tuple[int, int, Any] | None:
+        """(the run to check, its input seed, its reference), or None: no check of this block.
+
+        Decided only now, after the block returned, so neither whether nor which run can be
+        predicted; the reference is made here, from that run's pristine inputs, while every worker
+        is frozen."""
         if not st.check.due(self.req.accuracy, self.req.mode == "smoke"):
-            return False, None
-        key = (item.case, item.rep)
+            return None
+        run = secrets.randbelow(self.req.runs_per_sample)
+        key = (item.case, item.rep, run)
+        value, seed = self.inputs_for(item.case, item.rep, run=run)
         if key not in self.expected:
             self.expected[key] = self.reference(self.cases[item.case].params, value)
+        # one run's inputs and output: readiness caps a block's runs by it (each run has its own)
+        self.run_bytes[item.case] = codec.nbytes(value) + codec.nbytes(self.expected[key])
         self.laps.lap("check: reference")
-        return True, self.expected[key]
+        return run, seed, self.expected[key]
 
     def fresh_out_dir(self, w: WorkerConn) -> Path:
         """An empty directory the worker's group may write its output into."""
@@ -817,12 +835,12 @@ class Supervisor:
         st.check.add(self.req.accuracy, item.rep, seed, rel, mx, detail)
 
     def forget(self, item: ScheduleItem) -> None:
-        """Drop a rep's inputs and reference once every subject has run it."""
-        key = (item.case, item.rep)
+        """Drop a rep's inputs and references once every subject has run it."""
         done = all(item.rep in self.per.get((s, item.case), SeriesState()).reps for s in self.workers)
         if done:
-            self.pristine.pop(key, None)
-            self.expected.pop(key, None)
+            for store in (self.pristine, self.expected):
+                for key in [k for k in store if k[:2] == (item.case, item.rep)]:
+                    del store[key]
 
     def systematic_checks(self) -> None:
         for (subject, case), st in self.per.items():
@@ -890,6 +908,7 @@ class Supervisor:
                     accuracy=acc,
                     bracket_ns=st.bracket,
                     stage_ns=st.stage,
+                    window_ns=st.window,
                     idle_cpu_ns=st.idle,
                     void=st.void,
                     post_cpu_ns=st.post,
@@ -928,6 +947,7 @@ def supervise(
         calibration["setup_s"] = round(t1 - t0, 4)
         calibration["loop_s"] = round(time.monotonic() - t1, 4)
         calibration["blocks"] = len(req.schedule)
+        calibration["run_bytes"] = sup.run_bytes
         calibration["block_parts_s"] = sup.laps.seconds()
         calibration["untimed_parts_s"] = sup.untimed.seconds()
         t2 = time.monotonic()

@@ -1,11 +1,12 @@
 """Clocks a worker times its blocks with: perf_counter_ns on the CPU, CUDA events on a GPU.
 
-A block is `runs` back-to-back runs of the subject on one set of inputs. In `cold` mode on a GPU
-the L2 cache is flushed before the block (a write of a buffer larger than L2, outside the
-window), so the first run reads from memory as a cold-cache call would; in `hot` mode the runs
-follow each other with nothing between them (do_bench / nvbench batch); in `graph` mode (CUDA through
-torch only) the block's runs are captured once into a CUDA graph, outside the window, and the window
-times one replay of it: the CPU's launch cost, which an events clock reads as GPU time on a
+A block is back-to-back runs of the subject, each on a set of inputs of its own (a subject that
+remembers an answer per input has nothing to reuse). In `cold` mode a block is one run, and on a
+GPU the L2 cache is flushed before it (a write of a buffer larger than L2, outside the window), so
+it reads from memory as a cold-cache call would; in `hot` mode the runs follow each other with
+nothing between them (do_bench / nvbench batch); in `graph` mode (CUDA through torch only) the
+block's runs are captured once into a CUDA graph, outside the window, and the window times one
+replay of it: the CPU's launch cost, which an events clock reads as GPU time on a
 us-scale subject, is paid at capture and not timed (tests/gpu/README.md, fidelity). On a GPU the
 window ends only after a whole-device synchronise, so work a subject left on another stream lands
 inside it.
@@ -33,8 +34,8 @@ class GraphUnsupported(RuntimeError):
 class Backend:
     name = "perf_counter_ns"
 
-    def capture(self, fn: Callable[[], Any], runs: int) -> tuple[Callable[[], Any], Any]:
-        """(replay, the last captured run's output): `runs` runs of fn as one CUDA graph."""
+    def capture(self, fns: list[Callable[[], Any]]) -> tuple[Callable[[], Any], list[Any]]:
+        """(replay, each captured run's output): the runs `fns`, in order, as one CUDA graph."""
         raise GraphUnsupported(f"graph mode needs CUDA timed through torch; this clock is {self.name}")
 
     def sync(self) -> None:
@@ -43,13 +44,13 @@ class Backend:
     def flush_l2(self) -> None:
         return None
 
-    def time_block(self, fn: Callable[[], Any], runs: int, mode: str) -> tuple[Any, int, int | None]:
-        """(last run's output, the block's time in ns, the launching stream's time where known)."""
-        out = None
+    def time_block(self, fns: list[Callable[[], Any]], mode: str) -> tuple[list[Any], int, int | None]:
+        """(each run's output, the block's time in ns, the launching stream's time where known)."""
+        outs = []
         t0 = time.perf_counter_ns()
-        for _ in range(runs):
-            out = fn()
-        return out, time.perf_counter_ns() - t0, None
+        for fn in fns:
+            outs.append(fn())
+        return outs, time.perf_counter_ns() - t0, None
 
 
 class DeviceEvents(Backend):
@@ -66,18 +67,18 @@ class DeviceEvents(Backend):
     def sync(self) -> None:
         self.synchronize()
 
-    def time_block(self, fn: Callable[[], Any], runs: int, mode: str) -> tuple[Any, int, int | None]:
+    def time_block(self, fns: list[Callable[[], Any]], mode: str) -> tuple[list[Any], int, int | None]:
         start, returned, end = self.new_event(), self.new_event(), self.new_event()
+        outs: list[Any] = []
         self.synchronize()
-        out = None
         self.record(start)
-        for _ in range(runs):
-            out = fn()
+        for fn in fns:
+            outs.append(fn())
         self.record(returned)  # the launching stream only: for the record, misses other streams
         self.synchronize()  # whole device: work on other streams or left in flight is inside the window
         self.record(end)
         end.synchronize()
-        return out, int(self.elapsed_ms(start, end) * 1e6), int(self.elapsed_ms(start, returned) * 1e6)
+        return outs, int(self.elapsed_ms(start, end) * 1e6), int(self.elapsed_ms(start, returned) * 1e6)
 
 
 class TorchCuda(DeviceEvents):
@@ -98,20 +99,22 @@ class TorchCuda(DeviceEvents):
             self._scratch = self.torch.empty(L2_FLUSH_BYTES // 4, dtype=self.torch.int32, device="cuda")
         self._scratch.zero_()
 
-    def capture(self, fn: Callable[[], Any], runs: int) -> tuple[Callable[[], Any], Any]:
+    def capture(self, fns: list[Callable[[], Any]]) -> tuple[Callable[[], Any], list[Any]]:
         torch = self.torch
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            fn()  # lazy handles (cuBLAS workspaces, a JIT's first launch) are made here, not captured
+            fns[0]()  # lazy handles (cuBLAS workspaces, a JIT's first launch) are made here, not captured
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        out = None
+        # every run's output held while capturing: a freed one would let the graph's pool give its
+        # memory to the next run, and one run's output would overwrite another's
+        outs: list[Any] = []
         with torch.cuda.graph(graph):
-            for _ in range(runs):
-                out = fn()
+            for fn in fns:
+                outs.append(fn())
         torch.cuda.synchronize()
-        return graph.replay, out
+        return graph.replay, outs
 
 
 class CupyCuda(DeviceEvents):

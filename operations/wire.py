@@ -15,7 +15,7 @@ import socket
 import struct
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 MAX_LINE = 1 << 20
 
@@ -42,16 +42,27 @@ class Warm(Msg):
 
 
 class Run(Msg):
-    """One timed block: `runs` back-to-back runs of the subject on one set of inputs."""
+    """One timed block: back-to-back runs of the subject, run i on its own inputs (seeds[i]).
+
+    Inputs of their own per run: a subject that keeps an answer per input (or per buffer) would
+    compute only the first of a block's runs on one set, and its block would time one run's work
+    spread over all of them. Every run's output is kept until the Fetch or Drop after the block."""
 
     op: Literal["run"] = "run"
     case: str
     params: dict[str, object]
     rep: int
-    seed: int
-    inputs: str | None = Field(description="input directory (cpu), or None: regenerate from seed")
-    runs: int = Field(default=1, ge=1, le=1_000_000)
+    seeds: list[int] = Field(min_length=1, max_length=1_000_000, description="one input seed per run")
+    inputs: list[str] = Field(
+        default_factory=list, description="one input directory per run (cpu), or empty: regenerate from seeds"
+    )
     mode: Literal["cold", "hot", "graph"] = "cold"
+
+    @model_validator(mode="after")
+    def _one_dir_per_run(self) -> Run:
+        if self.inputs and len(self.inputs) != len(self.seeds):
+            raise ValueError(f"inputs: {len(self.inputs)} directories for {len(self.seeds)} runs")
+        return self
 
 
 class Capture(Msg):
@@ -65,15 +76,17 @@ class Capture(Msg):
     op: Literal["capture"] = "capture"
     case: str
     params: dict[str, object]
-    seed: int = Field(description="the decoy inputs' seed")
+    seed: int = Field(description="the decoy inputs' seed (run i's decoys: seed + i)")
     runs: int = Field(default=1, ge=1, le=1_000_000)
 
 
 class Fetch(Msg):
-    """Write the output of the last run into `out` (for the supervisor's accuracy check)."""
+    """Write the output of one run of the last block into `out` (for the supervisor's accuracy
+    check); which run is drawn by the supervisor after the block returned."""
 
     op: Literal["fetch"] = "fetch"
     out: str
+    run: int = Field(default=0, ge=0)
 
 
 class Drop(Msg):

@@ -79,8 +79,8 @@ class Worker:
         self.device = device
         self.last: Any = None
         self.inputs: Any = None
-        # graph mode: (the captured inputs' buffers, replay, the captured output), for the next Run
-        self.graph: tuple[Any, Callable[[], Any], Any] | None = None
+        # graph mode: (each captured run's input buffers, replay, each run's output), for the next Run
+        self.graph: tuple[list[Any], Callable[[], Any], list[Any]] | None = None
         self.profiler: BlockProfiler | None = from_env(device)  # collection runs only (torchprof.py)
 
     def _inputs(self, inputs_dir: str | None, params: dict[str, Any], seed: int) -> Any:
@@ -105,15 +105,16 @@ class Worker:
         return Reply(ok=True)
 
     def capture(self, cmd: Capture) -> Reply:
-        """graph mode: capture the next block on decoy inputs (see wire.Capture); the capture's time
-        is the subject's launch cost, reported apart as stage_ns of this untimed command."""
+        """graph mode: capture the next block on decoy inputs (see wire.Capture), each run on decoys of
+        its own; the capture's time is the subject's launch cost, reported apart as stage_ns of this
+        untimed command."""
         self.graph = None
         gc.disable()
         try:
             s0 = time.perf_counter_ns()
-            decoy = self._inputs(None, dict(cmd.params), cmd.seed)
+            decoys = [self._inputs(None, dict(cmd.params), cmd.seed + i) for i in range(cmd.runs)]
             try:
-                replay, out = self.backend.capture(lambda: self.run_fn(self.impl, decoy), cmd.runs)
+                replay, outs = self.backend.capture([self._call(d) for d in decoys])
             except GraphUnsupported:
                 raise
             except Exception as exc:
@@ -121,27 +122,37 @@ class Worker:
                     f"graph mode: the subject cannot be captured as a CUDA graph ({type(exc).__name__}: "
                     f"{exc}); time it in hot mode"
                 ) from exc
-            self.graph = (decoy, replay, out)
+            self.graph = (decoys, replay, outs)
         finally:
             gc.enable()
         return Reply(ok=True, stage_ns=time.perf_counter_ns() - s0)
 
-    def _staged(self, cmd: Run) -> tuple[Callable[[], Any], int, Any]:
-        """(what the window runs, runs inside it, the output it leaves) with the block's inputs staged."""
-        self.inputs = inputs = self._inputs(cmd.inputs, dict(cmd.params), cmd.seed)
+    def _call(self, inputs: Any) -> Callable[[], Any]:
+        return lambda: self.run_fn(self.impl, inputs)
+
+    def _staged(self, cmd: Run) -> tuple[list[Callable[[], Any]], list[Any] | None]:
+        """(what the window runs, the outputs a captured graph leaves) with the block's inputs staged."""
+        dirs: list[str | None] = list(cmd.inputs) or [None] * len(cmd.seeds)
         if cmd.mode != "graph":
+            self.inputs = sets = [
+                self._inputs(d, dict(cmd.params), s) for d, s in zip(dirs, cmd.seeds, strict=True)
+            ]
             if cmd.mode == "cold":
                 self.backend.flush_l2()  # part of staging: it keeps the device busy right up to the window
-            return lambda: self.run_fn(self.impl, inputs), cmd.runs, None
+            return [self._call(x) for x in sets], None
         if self.graph is None:
             raise RuntimeError("graph mode: no captured graph for this block (Capture must come first)")
-        buffers, replay, out = self.graph
-        refill(buffers, inputs)  # the real inputs into the captured buffers: the replay reads them
+        buffers, replay, outs = self.graph
+        if len(buffers) != len(cmd.seeds):
+            raise RuntimeError(f"graph mode: {len(buffers)} captured runs for a block of {len(cmd.seeds)}")
+        for buf, d, seed in zip(buffers, dirs, cmd.seeds, strict=True):
+            # the real inputs into the captured buffers, one set at a time: the replay reads them
+            refill(buf, self._inputs(d, dict(cmd.params), seed))
         self.inputs, self.graph = buffers, None
-        return replay, 1, out
+        return [replay], outs
 
     def run(self, cmd: Run) -> Reply:
-        """Stage and time one block. The output and inputs are kept until Fetch or Drop, so freeing
+        """Stage and time one block. The outputs and inputs are kept until Fetch or Drop, so freeing
         them happens in an untimed command, not in the supervisor's bracket of the next block."""
         # No collection inside the staging, the window or the rest of this command: it stays off
         # until the Fetch or Drop that follows every block. Turned on here, the objects the window
@@ -150,17 +161,19 @@ class Worker:
         # extra time the worker's own CPU explains, "longer than its claims", on a slower host.
         gc.disable()
         s0 = time.perf_counter_ns()
-        fn, runs, captured = self._staged(cmd)
+        fns, captured = self._staged(cmd)
         self.backend.sync()
         stage = time.perf_counter_ns() - s0
         with self.profiler.around() if self.profiler is not None else contextlib.nullcontext():
-            out, t_ns, stream_ns = self.backend.time_block(fn, runs, cmd.mode)
-        self.last = out if cmd.mode != "graph" else captured
+            outs, t_ns, stream_ns = self.backend.time_block(fns, cmd.mode)
+        self.last = outs if captured is None else captured
         return Reply(ok=True, t_ns=int(t_ns), stage_ns=int(stage), stream_ns=stream_ns)
 
     def fetch(self, cmd: Fetch) -> Reply:
         t0 = time.perf_counter_ns()
-        codec.encode(self.last, Path(cmd.out), host_only=True)
+        if not isinstance(self.last, list) or not 0 <= cmd.run < len(self.last):
+            raise RuntimeError(f"fetch: no run {cmd.run} in the last block")
+        codec.encode(self.last[cmd.run], Path(cmd.out), host_only=True)
         return self.drop(t0)
 
     def drop(self, t0: int | None = None) -> Reply:

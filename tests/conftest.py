@@ -105,7 +105,14 @@ def store(tmp_path: Path) -> Path:
 
 
 def adversarial_target(
-    example: Path, tmp: Path, case: dict, *, pairs: int = 16, warmup: int = 2, min_effect_pct: float = 15.0
+    example: Path,
+    tmp: Path,
+    case: dict,
+    *,
+    pairs: int = 16,
+    warmup: int = 2,
+    min_effect_pct: float = 15.0,
+    timing: dict | None = None,
 ) -> dict:
     """Freeze a Target of `example` on one small case, with the check share and pairs the suite needs.
 
@@ -118,6 +125,8 @@ def adversarial_target(
     req["cases"] = [case]
     req["accuracy"]["check_fraction"] = 0.5
     req["plan"].update({"warmup": warmup, "target_pairs": pairs})
+    if timing is not None:
+        req["plan"]["timing"] = timing
     # Identical code measured on a loaded 2-core host spread -9% to +20% over 12 pairs (the A/A
     # resolution is ~20% there): a minimum effect under that floor is one noise can "confirm"
     # (README, Statistics). The tricks this suite runs aim far above it; the honest candidate gains ~60%.

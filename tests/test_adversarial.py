@@ -41,6 +41,12 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "shm_snoop": ("failed_accuracy",),
     "patched_timer": ("integrity_violation",),
     "forged_time": ("integrity_violation",),
+    # nine tenths of each window claimed as staging: the staging is held against the other subject's
+    # (its blocks voided, its checks then do not vouch) and the supervisor's clock sees no saving
+    "forged_stage": ("integrity_violation", "inconclusive", "void"),
+    # one run per block here, each on inputs no block had before: its cache never hits (the hot blocks
+    # it aims at: tests/test_adversarial_clock.py)
+    "memo_repeat": HONEST,
     "deferred_thread": ("failed_accuracy", "integrity_violation", "inconclusive"),
     # its file is read once it is frozen: the zeros it was timed on are what is compared
     "output_rewrite": ("failed_accuracy", "integrity_violation", "inconclusive"),

@@ -69,7 +69,7 @@ def test_a_clock_without_graphs_refuses_the_capture_with_the_reason() -> None:
 
 
 def test_a_graph_run_without_its_capture_is_refused() -> None:
-    reply = _worker().handle(Run(case="c", params={}, rep=0, seed=3, inputs=None, runs=1, mode="graph"))
+    reply = _worker().handle(Run(case="c", params={}, rep=0, seeds=[3], mode="graph"))
     assert reply is not None and not reply.ok and "Capture must come first" in (reply.error or "")
 
 
@@ -107,7 +107,7 @@ def test_no_collection_runs_inside_a_run_command_it_waits_for_the_release() -> N
         backend=Backend(),
         device="cpu",
     )
-    cmd = Run(case="c", params={}, rep=0, seed=3, inputs=None, runs=3, mode="cold")
+    cmd = Run(case="c", params={}, rep=0, seeds=[3, 4, 5], mode="hot")
 
     def note(phase: str, info: dict) -> None:
         if phase == "start":
@@ -126,3 +126,40 @@ def test_no_collection_runs_inside_a_run_command_it_waits_for_the_release() -> N
         gc.callbacks.remove(note)
         gc.enable()
     assert "run" not in seen and "drop" in seen, seen
+
+
+def test_every_run_of_a_block_gets_inputs_of_its_own_and_any_run_can_be_fetched(tmp_path) -> None:
+    """A subject that remembers its answer per input object computes every run of a block: no two
+    runs share inputs, and the output fetched is the drawn run's, not the last one's."""
+    from cko_perf.operations import codec
+    from cko_perf.operations.wire import Fetch
+
+    seen: list[int] = []
+
+    def run(impl: object, inputs: dict) -> np.ndarray:
+        seen.append(id(inputs["x"]))
+        return inputs["x"] * 2
+
+    w = Worker(run=run, make_inputs=_worker().make_inputs, impl=None, backend=Backend(), device="cpu")
+    seeds = [11, 12, 13, 14]
+    reply = w.handle(Run(case="c", params={}, rep=0, seeds=seeds, mode="hot"))
+    assert reply is not None and reply.ok and len(set(seen)) == len(seeds)
+    out = tmp_path / "o"
+    out.mkdir()
+    assert w.handle(Fetch(out=str(out), run=2)) is not None
+    want = np.random.default_rng(13).standard_normal(4) * 2
+    np.testing.assert_array_equal(codec.decode(out, max_bytes=1 << 20, device_ok=False), want)
+
+
+def test_a_fetch_of_a_run_the_block_did_not_have_is_refused(tmp_path) -> None:
+    from cko_perf.operations.wire import Fetch
+
+    w = _worker()
+    assert w.handle(Run(case="c", params={}, rep=0, seeds=[1, 2], mode="hot")).ok  # type: ignore[union-attr]
+    reply = w.handle(Fetch(out=str(tmp_path), run=2))
+    assert reply is not None and not reply.ok and "no run 2" in (reply.error or "")
+
+
+def test_a_run_with_a_directory_count_unlike_its_seeds_is_refused() -> None:
+    with pytest.raises(ValueError, match="inputs: 1 directories for 2 runs"):
+        Run(case="c", params={}, rep=0, seeds=[1, 2], inputs=["/a"], mode="hot")

@@ -10,8 +10,9 @@ Rules, in order (README, "Verdicts"):
    integrity checks tripped -> `integrity_violation` (performance samples voided);
 2. the environment differs from the Target's, or foreign load is unbalanced between the arms or
    above the plan's ceiling, or the candidate's checked blocks are voided more often than the
-   reference's (its checks do not vouch for its counted blocks: vouch.py)
-   -> `void` (a void stage may be repeated; the attempt stays on record);
+   reference's (its checks do not vouch for its counted blocks: vouch.py), or the supervisor's own
+   clock does not confirm an accepted case's saving or sees it moved outside the windows
+   (clockcheck.py) -> `void` (a void stage may be repeated; the attempt stays on record);
 3. otherwise the primary verdict over cases (every case must accept; any regression regresses) and
    the constraints: the outcome is `accepted` only when the primary is accepted and every
    constraint is `ok`; a violated constraint makes `constraint_violated`, an undecided one (with
@@ -30,7 +31,7 @@ import numpy as np
 from cko_perf.operations.protocol import DriverResult
 from cko_perf.operations.stats import scipy_stats
 
-from . import analysis
+from . import analysis, clockcheck
 from .requests import LoadCeiling
 from .verdicts import CaseAnalysis, DecidePlan, Decision, LoadCheck, Reason, SampleLoad, Telemetry, WindowLoad
 from .vouch import unvouched
@@ -80,7 +81,7 @@ def decide(
             message="environment differs from the Target's: " + ", ".join(plan.identity_mismatch),
         )
     ] * bool(plan.identity_mismatch)
-    voids += unconfirmed(samples)
+    voids += unconfirmed(samples) + clock_reasons(samples, cases, plan)
     notes = _notes(cases, plan)
     if voids:
         return Decision(
@@ -108,6 +109,24 @@ def unconfirmed(samples: DriverResult) -> list[Reason]:
         for why in (unvouched(s, by_key.get((REF, s.case))) for s in samples.series if s.subject == CAND)
         if why
     ]
+
+
+def clock_reasons(samples: DriverResult, cases: list[CaseAnalysis], plan: DecidePlan) -> list[Reason]:
+    """`clock_unconfirmed` per accepted case whose saving the supervisor's clock does not show, and
+    `clock_hidden_time` per case whose claimed saving reappears outside the windows (clockcheck.py)."""
+    by_key = analysis.series_map(samples)
+    out = []
+    for c in cases:
+        ref, cand = by_key.get((REF, c.case)), by_key.get((CAND, c.case))
+        arr = clockcheck.clock_arrays(ref, cand, plan.stats.exclude_ramping) if ref and cand else None
+        if arr is None:
+            continue
+        if c.primary.get("verdict") == "accepted":
+            why = clockcheck.unconfirmed(arr, plan.objective.min_effect_pct, plan.stats.confidence)
+            out += [Reason(code="clock_unconfirmed", message=f"case {c.case}: {why}")] * bool(why)
+        why = clockcheck.hidden(arr, plan.stats.confidence)
+        out += [Reason(code="clock_hidden_time", message=f"case {c.case}: {why}")] * bool(why)
+    return out
 
 
 def below_resolution(cases: list[CaseAnalysis], plan: DecidePlan) -> tuple[list[CaseAnalysis], list[Reason]]:

@@ -18,6 +18,7 @@ from ..errors import Exit, bad_request, failed
 from ..executor import LOCAL, Executor
 from ..identity import EnvironmentIdentity, compare, host_identity
 from ..models import ObjectRef, Ref
+from ..policy import parse_size
 from ..records import InvocationResult
 from ..store import Store, check_id, new_id
 from . import analysis
@@ -35,7 +36,7 @@ from .decide import under_load
 from .loadin import window_load
 from .measure import Measured, paired_schedule, run_measurement
 from .records import Baseline, CaseBaseline, Snapshot, Target, Variant
-from .requests import BaselineRequest, ReadinessRequest, StatsPlan, VariantRequest, runs_for
+from .requests import BaselineRequest, ReadinessRequest, StatsPlan, VariantRequest, max_runs, runs_for
 from .snapshot import commit, load_manifest, manifest_of, scan, take
 
 _put_record = put_record
@@ -71,7 +72,8 @@ def readiness(
     if blockers:
         return {"ready": False, "blockers": blockers, "smoke": m.invocation.model_dump()}, int(Exit.FAILED)
     target = target.model_copy(update={"identity": m.identity, "smoke": m.invocation, "ran_on": m.ran_on})
-    target = target.model_copy(update={"plan": _sized(store, target, req, progress, executor)})
+    cap = _run_cap(m, req)
+    target = target.model_copy(update={"plan": _sized(store, target, req, progress, executor, cap)})
     ref = _put_record(store, "targets", target.id, target)
     return {
         "ready": True,
@@ -198,18 +200,31 @@ def _smoke_blockers(m: Measured, image: str) -> list[dict[str, str]]:
 SIZING_RUNS = 64  # a sizing block's runs: the window's fixed cost spread 64 ways
 
 
+def _run_cap(m: Measured, req: ReadinessRequest) -> int:
+    """The most runs a block may hold, from the smoke's largest case (one run's inputs and output)."""
+    per_case = (m.result.calibration.get("run_bytes") if m.result else None) or {}
+    largest = max((int(v) for v in per_case.values()), default=0)
+    return max_runs(largest, req.device, parse_size(req.memory, "memory"))
+
+
 def _sized(
-    store: Store, target: Target, req: ReadinessRequest, progress: Progress, executor: Executor
+    store: Store,
+    target: Target,
+    req: ReadinessRequest,
+    progress: Progress,
+    executor: Executor,
+    cap: int = 1_000_000,
 ) -> StatsPlan:
     """The plan with hot blocks sized and frozen: a second smoke times SIZING_RUNS back-to-back runs
     per block (a one-run block carries the window's fixed cost, ~100-150 us on the H200, and would
     size a us-scale subject's blocks far too short), then runs = min_block_ms / the fastest case's
-    per-run time."""
+    per-run time, at most `cap` (each run holds its own inputs and output)."""
     plan = req.plan
     if plan.timing.mode == "cold" or plan.timing.runs_per_block is not None or target.original is None:
         return plan
-    probe = plan.model_copy(update={"timing": plan.timing.model_copy(update={"runs_per_block": SIZING_RUNS})})
-    progress(f"readiness: sizing {plan.timing.mode} blocks ({SIZING_RUNS} runs per block)")
+    sizing = min(SIZING_RUNS, cap)
+    probe = plan.model_copy(update={"timing": plan.timing.model_copy(update={"runs_per_block": sizing})})
+    progress(f"readiness: sizing {plan.timing.mode} blocks ({sizing} runs per block)")
     m = run_measurement(
         store,
         target.model_copy(update={"plan": probe}),
@@ -230,7 +245,11 @@ def _sized(
         raise failed(
             f"readiness: the hot-block sizing smoke failed ({_measure_failure(m)})", code="sizing_failed"
         )
-    runs = runs_for(plan.timing, min(walls) / SIZING_RUNS / 1e6)
+    runs = runs_for(plan.timing, min(walls) / sizing / 1e6, cap)
+    if runs == cap and cap < 1_000_000:
+        progress(
+            f"readiness: {runs} runs per block, as many as a block's memory holds (each run has its own inputs)"
+        )
     return plan.model_copy(update={"timing": plan.timing.model_copy(update={"runs_per_block": runs})})
 
 

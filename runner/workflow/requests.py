@@ -113,15 +113,28 @@ class Timing(Closed):
         return self
 
 
-def runs_for(timing: Timing, per_run_ms: float | None) -> int:
-    """The hot block's runs: enough for min_block_ms at the smoke's fastest per-run time."""
+def runs_for(timing: Timing, per_run_ms: float | None, max_runs: int = 1_000_000) -> int:
+    """The hot block's runs: enough for min_block_ms at the smoke's fastest per-run time, at most
+    `max_runs` (each run holds inputs and an output of its own until the block is released)."""
     if timing.mode == "cold":
         return 1
     if timing.runs_per_block is not None:
         return timing.runs_per_block
     if not per_run_ms or per_run_ms <= 0:
         return 1
-    return max(1, min(1_000_000, math.ceil(timing.min_block_ms / per_run_ms)))
+    return max(1, min(max_runs, 1_000_000, math.ceil(timing.min_block_ms / per_run_ms)))
+
+
+# What one block's runs may hold at once (inputs and outputs, a set per run): a quarter of the
+# container's memory on the CPU; on a GPU a bound well inside any current card's memory (an H100's
+# 80 GB holds the subject's own working memory besides), so sizing never makes a block that cannot run.
+BLOCK_BYTES_GPU = 8 << 30
+
+
+def max_runs(run_bytes: int, device: str, memory_bytes: int) -> int:
+    """The most runs a block may have when one run's inputs and output take `run_bytes`."""
+    budget = BLOCK_BYTES_GPU if device == "cuda" else memory_bytes // 4
+    return max(1, budget // max(1, run_bytes))
 
 
 class StatsPlan(Closed):
