@@ -158,6 +158,10 @@ class Series(Closed):
     # graph mode: per rep, the worker's capture of the block's graph (the subject's CPU launch cost,
     # untimed by design: it is what graph replay takes out of a us-scale subject's time)
     capture_ns: list[int] = Field(default_factory=list)
+    # who evicted the L2 before each cold window on a GPU: "supervisor" (from its own context, the
+    # worker holding its staged block), "worker" (the worker's clock code: no supervisor probe),
+    # "none" (hot and graph blocks, CPU stages), "" (records made before it was kept)
+    l2_flush: Literal["supervisor", "worker", "none", ""] = ""
 
 
 class DriverResult(Closed):

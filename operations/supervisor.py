@@ -56,7 +56,7 @@ from .protocol import (
     Series,
     WorkerSlot,
 )
-from .timing import SmClock
+from .timing import L2_FLUSH_BYTES, SmClock
 from .wire import (
     WORKER_MSG,
     Capture,
@@ -64,6 +64,7 @@ from .wire import (
     CtlRequest,
     Drop,
     Fetch,
+    Go,
     Hello,
     LineSocket,
     Ping,
@@ -211,6 +212,7 @@ class GpuProbe:
 
         self.torch = torch
         self.x = torch.zeros(1, device="cuda")
+        self.scratch = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
         self.limit_ns = 0
         self.calibration: dict[str, int] = {}
 
@@ -229,6 +231,16 @@ class GpuProbe:
     def once(self) -> int:
         t0 = time.perf_counter_ns()
         self.x.add_(1)
+        self.torch.cuda.synchronize()
+        return time.perf_counter_ns() - t0
+
+    def flush_l2(self) -> int:
+        """Evict the device's L2 from this context (the L2 is the device's, shared by every context),
+        between a cold block's staging and its window; its time in ns. Here and not in the worker:
+        the worker's clock code runs in the subject's process, which could make its flush a no-op
+        and time its window on a warm cache."""
+        t0 = time.perf_counter_ns()
+        self.scratch.zero_()
         self.torch.cuda.synchronize()
         return time.perf_counter_ns() - t0
 
@@ -633,10 +645,11 @@ class Supervisor:
             seeds=seeds,
             inputs=inputs_dirs,
             mode=self.req.timing_mode,
+            flush="supervisor" if self.flushes_l2() else "worker",
         )
         laps.lap("thaw and reads")
         t0 = time.perf_counter_ns()
-        reply = w.call(cmd, self.req.command_timeout_s)
+        reply, flush_ns = self.window_call(w, cmd)
         bracket = time.perf_counter_ns() - t0
         laps.lap("bracket")
         u1 = self.freeze_all()  # at once: work the subject left running stops here
@@ -654,9 +667,8 @@ class Supervisor:
             )
         after = self.probe.busy() if self.probe is not None else ""
         st = self.per.setdefault(key, SeriesState())
-        self.record(
-            st, item, w, reply, bracket, u0, u1, busy or (after and f"after the window: {after}"), [sm0, sm1]
-        )
+        void = busy or (after and f"after the window: {after}")
+        self.record(st, item, w, reply, (bracket, flush_ns), u0, u1, void, [sm0, sm1])
         cpu, ctx, thr = st_load
         st.foreign_cpu.append(round(cpu, 3))
         # the stage's own contexts: the supervisor's and one per worker
@@ -669,6 +681,22 @@ class Supervisor:
         if inputs_dirs:
             self.drop_old_copies(w, None)
         laps.lap("freeze and clean")
+
+    def flushes_l2(self) -> bool:
+        """Whether the supervisor evicts L2 before each window: cold blocks on a GPU it can reach."""
+        return self.req.timing_mode == "cold" and self.probe is not None
+
+    def window_call(self, w: WorkerConn, cmd: Run) -> tuple[Reply, int]:
+        """(the block's reply, the supervisor's own time inside the bracket): a Run, and where the
+        supervisor evicts L2, its flush once the worker has staged and the Go that opens the window.
+        The worker stays thawed meanwhile (a freeze and thaw would idle the device before the window);
+        GPU work it adds slows the flush, which stays in the bracket the clock rules read."""
+        reply = w.call(cmd, self.req.command_timeout_s)
+        if cmd.flush != "supervisor" or not reply.ok:
+            return reply, 0
+        assert self.probe is not None
+        flush_ns = self.probe.flush_l2()
+        return w.call(Go(), self.req.command_timeout_s), flush_ns
 
     def release(self, w: WorkerConn, st: SeriesState, item: ScheduleItem, u1: dict[str, int]) -> None:
         """After a window: the output fetched for a check or dropped, in an untimed command of its own.
@@ -761,17 +789,21 @@ class Supervisor:
         item: ScheduleItem,
         w: WorkerConn,
         reply: Reply,
-        bracket: int,
+        clock: tuple[int, int],
         u0: dict[str, int],
         u1: dict[str, int],
         void: str,
         sm: list[int | None],
     ) -> None:
         assert reply.t_ns is not None
+        # the bracket, and the supervisor's own flush inside it: the worker answers for the rest (two
+        # commands' round trips where the supervisor flushed)
+        bracket, flush_ns = clock
+        rtt = w.rtt_ns * (2 if flush_ns else 1)
         where = f"{item.subject}/{item.case}/rep {item.rep}"
         idle = sum(max(0, u1.get(s, 0) - u0.get(s, 0)) for s in self.workers if s != item.subject)
         worker_cpu = u1.get(item.subject, 0) - u0.get(item.subject, 0)
-        kind, why = check_bracket(reply.t_ns, reply.stage_ns or 0, bracket, w.rtt_ns, worker_cpu)
+        kind, why = check_bracket(reply.t_ns, reply.stage_ns or 0, bracket - flush_ns, rtt, worker_cpu)
         if kind == "impossible":
             self.integrity.append(f"{where}: {why}")
         st.unexplained.append(kind == "unexplained")
@@ -918,6 +950,9 @@ class Supervisor:
                     runs=self.req.runs_per_sample,
                     timing_mode=self.req.timing_mode,
                     capture_ns=st.capture,
+                    l2_flush=("supervisor" if self.flushes_l2() else "worker")
+                    if self.req.timing_mode == "cold" and self.req.device == "cuda"
+                    else "none",
                 )
             )
         return out

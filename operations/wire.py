@@ -57,12 +57,23 @@ class Run(Msg):
         default_factory=list, description="one input directory per run (cpu), or empty: regenerate from seeds"
     )
     mode: Literal["cold", "hot", "graph"] = "cold"
+    # cold: who evicts L2 between the staging and the window. "worker": the worker's clock code
+    # does, and the subject, in that process, could make it a no-op. "supervisor": the worker
+    # stages, replies, and waits for a Go; the supervisor evicts L2 from its own CUDA context
+    # in between, where no subject code runs.
+    flush: Literal["worker", "supervisor"] = "worker"
 
     @model_validator(mode="after")
     def _one_dir_per_run(self) -> Run:
         if self.inputs and len(self.inputs) != len(self.seeds):
             raise ValueError(f"inputs: {len(self.inputs)} directories for {len(self.seeds)} runs")
         return self
+
+
+class Go(Msg):
+    """Time the block the last Run (flush "supervisor") staged and held: its window opens now."""
+
+    op: Literal["go"] = "go"
 
 
 class Capture(Msg):
@@ -103,8 +114,8 @@ class Quit(Msg):
     op: Literal["quit"] = "quit"
 
 
-Command = Annotated[Warm | Capture | Run | Fetch | Drop | Ping | Quit, Field(discriminator="op")]
-COMMAND: TypeAdapter[Warm | Capture | Run | Fetch | Drop | Ping | Quit] = TypeAdapter(Command)
+Command = Annotated[Warm | Capture | Run | Go | Fetch | Drop | Ping | Quit, Field(discriminator="op")]
+COMMAND: TypeAdapter[Warm | Capture | Run | Go | Fetch | Drop | Ping | Quit] = TypeAdapter(Command)
 
 
 # -- worker -> supervisor ----------------------------------------------------------------------

@@ -29,7 +29,7 @@ from .compare import poison
 from .refill import refill
 from .timing import Backend, GraphUnsupported, backend_for
 from .torchprof import BlockProfiler, from_env
-from .wire import COMMAND, Capture, Drop, Fetch, Hello, LineSocket, Ping, Quit, Reply, Run, Warm
+from .wire import COMMAND, Capture, Drop, Fetch, Go, Hello, LineSocket, Ping, Quit, Reply, Run, Warm
 
 CONNECT_TIMEOUT_S = 120.0
 
@@ -78,6 +78,9 @@ class Worker:
         self.backend = backend
         self.device = device
         self.last: Any = None
+        # a Run with flush "supervisor", staged and waiting for its Go: (what the window runs, the
+        # outputs a captured graph leaves, the staging's time)
+        self.held: tuple[list[Callable[[], Any]], list[Any] | None, int] | None = None
         self.inputs: Any = None
         # graph mode: (each captured run's input buffers, replay, each run's output), for the next Run
         self.graph: tuple[list[Any], Callable[[], Any], list[Any]] | None = None
@@ -137,7 +140,7 @@ class Worker:
             self.inputs = sets = [
                 self._inputs(d, dict(cmd.params), s) for d, s in zip(dirs, cmd.seeds, strict=True)
             ]
-            if cmd.mode == "cold":
+            if cmd.mode == "cold" and cmd.flush == "worker":
                 self.backend.flush_l2()  # part of staging: it keeps the device busy right up to the window
             return [self._call(x) for x in sets], None
         if self.graph is None:
@@ -160,12 +163,28 @@ class Worker:
         # allocation, inside the supervisor's bracket and outside the claimed window: blocks whose
         # extra time the worker's own CPU explains, "longer than its claims", on a slower host.
         gc.disable()
+        self.held = None
         s0 = time.perf_counter_ns()
         fns, captured = self._staged(cmd)
         self.backend.sync()
         stage = time.perf_counter_ns() - s0
+        if cmd.mode == "cold" and cmd.flush == "supervisor":
+            self.held = (fns, captured, stage)
+            return Reply(ok=True, stage_ns=int(stage))
+        return self._window(fns, captured, stage, cmd.mode)
+
+    def go(self) -> Reply:
+        """The window of the block the last Run staged and held (the supervisor evicted L2 meanwhile)."""
+        if self.held is None:
+            raise RuntimeError("go: no staged block waits for its window (a Run with flush supervisor first)")
+        (fns, captured, stage), self.held = self.held, None
+        return self._window(fns, captured, stage, "cold")
+
+    def _window(
+        self, fns: list[Callable[[], Any]], captured: list[Any] | None, stage: int, mode: str
+    ) -> Reply:
         with self.profiler.around() if self.profiler is not None else contextlib.nullcontext():
-            outs, t_ns, stream_ns = self.backend.time_block(fns, cmd.mode)
+            outs, t_ns, stream_ns = self.backend.time_block(fns, mode)
         self.last = outs if captured is None else captured
         return Reply(ok=True, t_ns=int(t_ns), stage_ns=int(stage), stream_ns=stream_ns)
 
@@ -180,7 +199,7 @@ class Worker:
         """Free the block's output and inputs; its time here is reported (the supervisor's wall of this
         command minus it is the boundary's share: thaw, socket, idle probes)."""
         t0 = time.perf_counter_ns() if t0 is None else t0
-        self.last = self.inputs = self.graph = None
+        self.last = self.inputs = self.graph = self.held = None
         gc.collect(0)
         gc.enable()  # off since the Run (see run)
         return Reply(ok=True, busy_ns=time.perf_counter_ns() - t0)
@@ -197,6 +216,8 @@ class Worker:
                 return self.capture(cmd)
             if isinstance(cmd, Run):
                 return self.run(cmd)
+            if isinstance(cmd, Go):
+                return self.go()
             if isinstance(cmd, Fetch):
                 return self.fetch(cmd)
             if isinstance(cmd, Drop):

@@ -163,3 +163,56 @@ def test_a_fetch_of_a_run_the_block_did_not_have_is_refused(tmp_path) -> None:
 def test_a_run_with_a_directory_count_unlike_its_seeds_is_refused() -> None:
     with pytest.raises(ValueError, match="inputs: 1 directories for 2 runs"):
         Run(case="c", params={}, rep=0, seeds=[1, 2], inputs=["/a"], mode="hot")
+
+
+class _CountingFlush(Backend):
+    """The CPU clock, counting the L2 flushes the worker's own code asks for."""
+
+    def __init__(self) -> None:
+        self.flushes = 0
+
+    def flush_l2(self) -> None:
+        self.flushes += 1
+
+
+def test_a_cold_block_the_supervisor_flushes_is_staged_held_and_timed_only_on_go(tmp_path) -> None:
+    """flush "supervisor": the Run stages and answers without a window (nor the worker's flush, which a
+    subject could make a no-op); the Go opens it on what was staged, and the output is fetchable."""
+    from cko_perf.operations import codec
+    from cko_perf.operations.wire import Fetch, Go
+
+    backend = _CountingFlush()
+    w = Worker(
+        run=_worker().run_fn, make_inputs=_worker().make_inputs, impl=None, backend=backend, device="cpu"
+    )
+    staged = w.handle(Run(case="c", params={}, rep=0, seeds=[7], mode="cold", flush="supervisor"))
+    assert staged is not None and staged.ok and staged.t_ns is None and staged.stage_ns is not None
+    timed = w.handle(Go())
+    assert timed is not None and timed.ok and (timed.t_ns or 0) > 0 and timed.stage_ns == staged.stage_ns
+    assert backend.flushes == 0
+    out = tmp_path / "o"
+    out.mkdir()
+    assert w.handle(Fetch(out=str(out), run=0)).ok  # type: ignore[union-attr]
+    want = np.random.default_rng(7).standard_normal(4) * 2
+    np.testing.assert_array_equal(codec.decode(out, max_bytes=1 << 20, device_ok=False), want)
+    again = w.handle(Go())  # the held block was timed once; a second Go has nothing to time
+    assert again is not None and not again.ok and "no staged block" in (again.error or "")
+
+
+def test_a_cold_block_the_worker_flushes_is_timed_at_once_after_its_flush() -> None:
+    backend = _CountingFlush()
+    w = Worker(
+        run=_worker().run_fn, make_inputs=_worker().make_inputs, impl=None, backend=backend, device="cpu"
+    )
+    reply = w.handle(Run(case="c", params={}, rep=0, seeds=[7], mode="cold"))
+    assert reply is not None and reply.ok and (reply.t_ns or 0) > 0 and backend.flushes == 1
+
+
+def test_a_drop_forgets_a_held_block() -> None:
+    from cko_perf.operations.wire import Go
+
+    w = _worker()
+    assert w.handle(Run(case="c", params={}, rep=0, seeds=[7], mode="cold", flush="supervisor")).ok  # type: ignore[union-attr]
+    assert w.handle(Drop()).ok  # type: ignore[union-attr]
+    reply = w.handle(Go())
+    assert reply is not None and not reply.ok and "no staged block" in (reply.error or "")
