@@ -172,7 +172,10 @@ def test_constraint_violating_candidate_is_refused_at_select(env: dict) -> None:
     env["vc"] = vid
     code, doc = _experiment(env, "c", vid, stage="target")
     assert code == 0, doc
-    assert doc["primary_verdict"] == "accepted", (doc.get("reasons"), doc.get("cases"))  # several times faster
+    assert doc["primary_verdict"] == "accepted", (
+        doc.get("reasons"),
+        doc.get("cases"),
+    )  # several times faster
     assert doc["constraint_verdicts"] == {"bus_bytes_per_s": "violated"}
     assert doc["stage_outcome"] == "constraint_violated" and doc["blocking_constraints"] == [
         "bus_bytes_per_s"
