@@ -4,7 +4,8 @@ A small case (64x512, tens of us a softmax) leaves each block's bracket a slack 
 window, so one block cannot show a forged time; the verdict's clock rule holds the pairs together
 to the supervisor's clock (runner/workflow/clockcheck.py). A hot block's runs each get inputs of
 their own, so an answer remembered per input is never reused. Every stage here runs against the
-real engine, and none may end accepted."""
+real engine, and none may end accepted but memo_repeat, whose trick has nothing left to reuse
+(MEMO_MAX_EFFECT_PCT)."""
 
 from __future__ import annotations
 
@@ -21,18 +22,23 @@ CLOCK_CODES = {"clock_unconfirmed", "clock_hidden_time"}
 # "void" for the tricks whose only effect is the claim: the clock rule (or, where the host is loaded,
 # the load ceiling too) voids the stage. The staging tricks can also be caught block by block.
 HONEST = ("below_minimum", "inconclusive", "regressed", "void")
+# memo_repeat computes every run (no run of a block shares another's inputs): what is left of its gain
+# is its held arrays' effect on its own allocator, +4% here on an idle host, over the 15% minimum
+# once under load. A reused answer would read as the block's runs over one: about +900% here (+635%
+# measured before every run had inputs of its own). Its bound is on the effect, not the outcome.
+MEMO_MAX_EFFECT_PCT = 50.0
 EXPECTED = {
     "cold": {
         "forged_time": ("void",),
         "forged_stage": ("void", "integrity_violation"),
         "precompute_staging": ("void", "integrity_violation", "inconclusive"),
-        "memo_repeat": HONEST,
+        "memo_repeat": (*HONEST, "accepted"),
     },
     "hot": {
         "forged_time": ("void", "integrity_violation"),
         "forged_stage": ("void", "integrity_violation"),
         "precompute_staging": ("void", "integrity_violation", "inconclusive"),
-        "memo_repeat": HONEST,
+        "memo_repeat": (*HONEST, "accepted"),
     },
 }
 
@@ -49,6 +55,8 @@ def test_a_trick_on_short_blocks_is_never_accepted(small: tuple[str, dict], name
     _, doc = run_candidate(target, ADV / name, f"{name}-{mode}")
     codes = {r["code"] for r in doc["reasons"]}
     assert doc["stage_outcome"] in EXPECTED[mode][name], doc
+    if name == "memo_repeat":
+        assert doc["cases"][0]["effect_pct"] < MEMO_MAX_EFFECT_PCT, doc["cases"]
     if name.startswith("forged") and doc["stage_outcome"] == "void":
         # its claimed saving is many times the minimum effect: the pairs decide it, not the host's load
         assert codes & CLOCK_CODES, doc["reasons"]
