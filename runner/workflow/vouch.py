@@ -16,6 +16,9 @@ probes and load. So the candidate's checks vouch unless its checked blocks are v
 the reference's checked blocks, beyond chance (one-sided Fisher exact test, p < VOUCH_ALPHA): a
 subject that works when it is checked is voided there and the reference is not.
 
+Whatever the reference's, a candidate none of whose checked blocks counted has no check vouching for
+its samples: that too is `accuracy_unconfirmed`.
+
 Failing it makes the stage `void` (code `accuracy_unconfirmed`), not `failed_accuracy`: a void stage
 may be repeated, and an honest one is not failed on a test's false positive.
 """
@@ -43,6 +46,13 @@ def checked_voids(series: Series) -> tuple[int, int]:
 def unvouched(candidate: Series, reference: Series | None) -> str:
     """Why the candidate's checks do not vouch for its counted blocks, or "" where they do."""
     hit, n = checked_voids(candidate)
+    if n and hit == n:
+        # no check of a block that counts: whatever the reference's checks, nothing vouches for the
+        # candidate's samples (on a loaded host the Fisher test below can miss 3 of 3 against 1 of 7)
+        return (
+            f"{candidate.subject} case {candidate.case}: all {n} of its checked blocks were voided: no "
+            "check of a block that counts vouches for the blocks that do"
+        )
     if reference is None or hit == 0:
         return ""
     ref_hit, ref_n = checked_voids(reference)
